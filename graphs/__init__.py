@@ -1,0 +1,1 @@
+"""LangGraph graphs: importing (manual -> Milvus) and query (question -> answer)."""

@@ -1,0 +1,1 @@
+"""Import graph: a manual file becomes chunks in Milvus."""

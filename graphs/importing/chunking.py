@@ -1,0 +1,320 @@
+"""Markdown -> retrieval chunks (spec 000 §3.6, node_document_split), as pure functions.
+
+Pipeline for a manual: ``html_to_markdown`` (documentation sites leave HTML/MDX inside Markdown) then
+``split_markdown``: heading sections -> long sections cut by RecursiveCharacterTextSplitter -> short
+neighbours merged.  ``mode="seed"`` is the spec's rule verbatim; ``mode="smart"`` (default) keeps
+callout headings inline, titles chunks with their heading path and merges tiny sibling sections.
+"""
+import html
+import re
+from dataclasses import dataclass
+
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+NO_TITLE = "无标题"
+PATH_SEP = " > "
+MILVUS_VARCHAR_BYTES = 65535
+MIN_MAX_LEN = 100
+SEPARATORS = ["\n\n", "\n", "。", "！", "？", "；", ".", "!", "?", ";", " ", ""]
+
+HEADING_RE = re.compile(r"^\s*#{1,6}\s+.+")
+FENCE_OPEN_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+FENCE_CLOSE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*$")
+CALLOUT_RE = re.compile(
+    r"^(?:说明|注意|注意事项|警告|提示|注|小贴士|note|notes|warning|tip|tips|caution|important)[！!：:]*$",
+    re.IGNORECASE)
+
+
+def normalize_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _classify(lines):
+    """Yield (kind, line), kind in 'fence' (a marker line), 'fenced' (inside a block) or 'text'.
+
+    A fence closes only on a line of the same character, at least as long, with nothing else on it;
+    an unclosed fence runs to the end of the document.
+    """
+    fence = None
+    for line in lines:
+        if fence is None:
+            m = FENCE_OPEN_RE.match(line)
+            if m:
+                fence = (m.group(1)[0], len(m.group(1)))
+                yield "fence", line
+            else:
+                yield "text", line
+        else:
+            m = FENCE_CLOSE_RE.match(line)
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= fence[1]:
+                fence = None
+                yield "fence", line
+            else:
+                yield "fenced", line
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML / MDX clean-up
+
+# Docusaurus YAML front matter (sidebar labels/positions) says nothing the page body does not.
+_FRONT_MATTER_RE = re.compile(r"\A---\n.*?\n---[ \t]*(?:\n|\Z)", re.DOTALL)
+_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
+_MDX_IMPORT_RE = re.compile(r"^import\s+(?:.+\s+from\s+)?['\"][^'\"]+['\"];?[ \t]*$", re.MULTILINE)
+# ":::tip Title" / ":::" fence lines of Docusaurus admonitions; an optional title is kept as text.
+_ADMONITION_RE = re.compile(r"^[ \t]*:::+[ \t]*[A-Za-z]*[ \t]*\[?(.*?)\]?[ \t]*$", re.MULTILINE)
+_INLINE_CODE_RE = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+_ATTR_RE = re.compile(r"([A-Za-z_:][\w:.-]*)\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s>]+)")
+_IMG_RE = re.compile(r"<(?:img|Image)\b([^>]*?)/?>", re.IGNORECASE)
+_LINK_RE = re.compile(r"<a\b([^>]*)>(.*?)</a\s*>", re.IGNORECASE | re.DOTALL)
+_TABLE_RE = re.compile(r"<table\b[^>]*>(.*?)(?:</table\s*>|$)", re.IGNORECASE | re.DOTALL)
+# End tags are optional in HTML, so a row/cell runs to the next opening tag.
+_ROW_RE = re.compile(r"<tr\b[^>]*>(.*?)(?=<tr\b|</table|$)", re.IGNORECASE | re.DOTALL)
+_CELL_RE = re.compile(r"<t[hd]\b[^>]*>(.*?)(?=<t[hd]\b|</tr|$)", re.IGNORECASE | re.DOTALL)
+# Column padding of pipe tables only spends the chunk budget (GPIO tables are mostly spaces).
+_PIPE_ROW_RE = re.compile(r"^[ \t]*\|.*\|[ \t]*$", re.MULTILINE)
+_BR_RE = re.compile(r"<br\s*/?>", re.IGNORECASE)
+# Only real HTML tags and capitalised MDX components are stripped: prose placeholders such as
+# "ssh root@<ip>" or "<文件名>" must survive.
+_INLINE_TAGS = "a|abbr|b|big|code|del|em|font|i|ins|kbd|mark|s|small|span|strong|sub|sup|u"
+_BLOCK_TAGS = ("article|aside|blockquote|caption|center|col|colgroup|dd|details|div|dl|dt|figcaption|"
+               "figure|footer|h[1-6]|header|hr|li|main|nav|ol|p|pre|section|summary|table|tbody|td|"
+               "tfoot|th|thead|tr|ul")
+_TAG_END = r"(?=[\s/>])[^<>]*>"
+_INLINE_TAG_RE = re.compile(rf"</?(?i:{_INLINE_TAGS}){_TAG_END}")
+_BLOCK_TAG_RE = re.compile(rf"</?(?:(?i:{_BLOCK_TAGS})|[A-Z][A-Za-z0-9]*){_TAG_END}")
+
+
+def _attrs(raw):
+    return {k.lower(): v.strip("\"'") for k, v in _ATTR_RE.findall(raw)}
+
+
+def _md_url(url):
+    # Spaces and brackets would end a Markdown link destination early (e.g. "bottom_v2(nand).png").
+    return re.sub(r"[ ()<>]", lambda m: f"%{ord(m.group(0)):02X}", url)
+
+
+def _img_to_md(m):
+    attrs = _attrs(m.group(1))
+    if "src" not in attrs:
+        return ""
+    alt = re.sub(r"[\[\]]", "", attrs.get("alt", "")).strip()
+    return f"![{alt}]({_md_url(attrs['src'])})"
+
+
+def _link_to_md(m):
+    href, text = _attrs(m.group(1)).get("href"), m.group(2).strip()
+    return f"[{text}]({_md_url(href)})" if href and text else text
+
+
+def _strip_tags(text):
+    # Block tags become a space so neighbouring words do not glue together.
+    return _BLOCK_TAG_RE.sub(" ", _INLINE_TAG_RE.sub("", text))
+
+
+def _table_to_text(m):
+    rows = []
+    for row in _ROW_RE.findall(m.group(1)):
+        cells = [" ".join(_strip_tags(_BR_RE.sub(" ", c)).split()) for c in _CELL_RE.findall(row)]
+        if any(cells):
+            rows.append(" | ".join(cells))
+    return "\n\n" + "\n".join(rows) + "\n\n" if rows else "\n"
+
+
+def _convert_segment(text):
+    """HTML/MDX -> Markdown for text outside fences; inline code spans are left verbatim."""
+    codes = []
+
+    def park(m):
+        codes.append(m.group(0))
+        return f"\x00{len(codes) - 1}\x00"
+
+    text = _INLINE_CODE_RE.sub(park, text)
+    text = _COMMENT_RE.sub("", text)
+    text = _MDX_IMPORT_RE.sub("", text)
+    text = _ADMONITION_RE.sub(lambda m: m.group(1), text)
+    text = _IMG_RE.sub(_img_to_md, text)
+    text = _LINK_RE.sub(_link_to_md, text)
+    text = _TABLE_RE.sub(_table_to_text, text)
+    text = _BR_RE.sub("\n", text)
+    text = html.unescape(_strip_tags(text)).replace("\xa0", " ")
+    text = _PIPE_ROW_RE.sub(lambda m: re.sub(r"-{4,}", "---", re.sub(r"[ \t]{2,}", " ", m.group(0))),
+                            text)
+    text = re.sub(r"\x00(\d+)\x00", lambda m: codes[int(m.group(1))], text)
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return re.sub(r"\n{3,}", "\n\n", text)
+
+
+def html_to_markdown(text: str) -> str:
+    """Turn the HTML/MDX that documentation sites leave in Markdown into plain Markdown.
+
+    Tables become " | "-joined rows, <img>/<Image> become ![alt](src), <a> becomes [text](href), other
+    tags are dropped keeping their text, entities are unescaped, pipe-table padding is squeezed,
+    front matter, comments, MDX imports and ":::" admonition fences are removed.  Fenced code
+    blocks and inline code spans are never touched.
+    """
+    out, segment = [], []
+    text = _FRONT_MATTER_RE.sub("", normalize_newlines(text), count=1)
+    for kind, line in _classify(text.split("\n")):
+        if kind == "text":
+            segment.append(line)
+            continue
+        if segment:
+            out.append(_convert_segment("\n".join(segment)))
+            segment = []
+        out.append(line)
+    if segment:
+        out.append(_convert_segment("\n".join(segment)))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Splitting
+
+@dataclass
+class _Section:
+    title: str            # seed: heading text; smart: heading path
+    parent_title: str
+    parent_path: tuple    # heading path of the parent (smart-mode merge key)
+    heading: str          # the original heading line ("" for preamble / no-heading documents)
+    body: str
+
+
+@dataclass
+class _Piece:
+    first: int   # section whose title the piece carries
+    last: int    # last section merged into it
+    part: int
+    title: str
+    body: str    # content after the title prefix line
+
+
+def _heading_text(line):
+    return line.strip().lstrip("#").strip()
+
+
+def _clean_heading(text):
+    # Emphasis/code marks and a trailing colon add nothing to a heading path.
+    return re.sub(r"\*\*|__|`", "", text).strip().rstrip("：:").strip() or text
+
+
+def _trim_blank_lines(lines):
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(lines)
+
+
+def _sections(text, file_title, smart):
+    """Cut the document at headings outside fences; text before the first heading is a section."""
+    raw, heading, body = [], None, []
+    for kind, line in _classify(text.split("\n")):
+        is_heading = kind == "text" and HEADING_RE.match(line)
+        if is_heading and smart and CALLOUT_RE.match(_clean_heading(_heading_text(line))):
+            is_heading = False  # a "注意"/"Note" heading is a callout label, part of the running text
+        if is_heading:
+            if heading is not None or any(l.strip() for l in body):
+                raw.append((heading, body))
+            heading, body = line, []
+        else:
+            body.append(line)
+    raw.append((heading, body))
+    if all(h is None for h, _ in raw):
+        return [_Section(NO_TITLE, NO_TITLE, (), "", _trim_blank_lines(raw[0][1]))]
+
+    sections, stack = [], []  # stack: [(level, clean heading text)] of the open headings
+    for line, lines in raw:
+        if line is None:
+            sections.append(_Section(file_title, file_title, (), "", _trim_blank_lines(lines)))
+            continue
+        text_ = _heading_text(line)
+        if not smart:
+            sections.append(_Section(text_, text_, (), line.strip(), _trim_blank_lines(lines)))
+            continue
+        level = len(line.strip()) - len(line.strip().lstrip("#"))
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        parent = tuple(t for _, t in stack)
+        stack.append((level, _clean_heading(text_)))
+        sections.append(_Section(PATH_SEP.join(t for _, t in stack), PATH_SEP.join(parent) or file_title,
+                                 parent, line.strip(), _trim_blank_lines(lines)))
+    return sections
+
+
+def _prefix(title, max_len):
+    # A heading longer than a quarter of the budget is shortened in the prefix only, so the body
+    # always keeps room and no chunk can exceed max_len.
+    cap = max_len // 4
+    return (title if len(title) <= cap else title[:cap - 1] + "…") + "\n\n"
+
+
+def _pieces(sections, max_len):
+    pieces = []
+    for idx, sec in enumerate(sections):
+        prefix = _prefix(sec.title, max_len)
+        if len(prefix) + len(sec.body) <= max_len:
+            pieces.append(_Piece(idx, idx, 1, sec.title, sec.body))
+            continue
+        splitter = RecursiveCharacterTextSplitter(
+            chunk_size=max_len - len(prefix), chunk_overlap=0, separators=SEPARATORS,
+            keep_separator="end")  # a Chinese full stop stays with its own sentence
+        for i, body in enumerate(splitter.split_text(sec.body), start=1):
+            pieces.append(_Piece(idx, idx, i, f"{sec.title}-{i}", body))
+    return pieces
+
+
+def _merge(pieces, sections, related, max_len, min_len):
+    """Fold each piece into the previous one while that one is under min_len, the two are
+    related and the result fits max_len; the merged piece keeps the first title and part."""
+    out = []
+    for piece in pieces:
+        if out:
+            cur = out[-1]
+            prefix = _prefix(sections[cur.first].title, max_len)
+            if piece.first == cur.last:  # next piece of the same section: its prefix is dropped
+                body = f"{cur.body}\n{piece.body}"
+            else:  # another section: its heading line stays inline as text
+                body = f"{cur.body}\n\n{sections[piece.first].heading}\n\n{piece.body}".rstrip()
+            if (len(prefix) + len(cur.body) < min_len and related(cur, piece)
+                    and len(prefix) + len(body) <= max_len):
+                out[-1] = _Piece(cur.first, piece.last, cur.part, cur.title, body.strip("\n"))
+                continue
+        out.append(piece)
+    return out
+
+
+def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int = 500,
+                   mode: str = "smart") -> list[dict]:
+    """Split a Markdown manual into chunks: [{title, content, parent_title, part}].
+
+    Every content starts with a title prefix line and is at most max_len characters.  See the
+    module docstring for the difference between mode="seed" and mode="smart".
+    """
+    if mode not in ("seed", "smart"):
+        raise ValueError(f"unknown split mode {mode!r}")
+    # 4 bytes per character at most: the upper bound keeps content inside Milvus VARCHAR(65535);
+    # the lower one leaves a title prefix room next to the text.
+    if not (0 < min_len < max_len and MIN_MAX_LEN <= max_len <= MILVUS_VARCHAR_BYTES // 4):
+        raise ValueError(f"need 0 < min_len < max_len and {MIN_MAX_LEN} <= max_len <= "
+                         f"{MILVUS_VARCHAR_BYTES // 4}")
+    smart = mode == "smart"
+    sections = _sections(normalize_newlines(text), file_title, smart)
+    pieces = _merge(_pieces(sections, max_len), sections, lambda a, b: a.first == b.first,
+                    max_len, min_len)
+    if smart:
+        # Second pass: whole sections under the same heading path fold together, so a parent
+        # heading with tiny children becomes one chunk.  Done after the first pass so a section's
+        # own short lead-in piece stays with the rest of that section.
+        def same_branch(a, b):
+            root = sections[a.first].parent_path
+            return sections[b.first].parent_path[:len(root)] == root
+        pieces = _merge(pieces, sections, same_branch, max_len, min_len)
+    return [{"title": p.title,
+             "content": (_prefix(sections[p.first].title, max_len) + p.body).rstrip(),
+             "parent_title": sections[p.first].parent_title,
+             "part": p.part} for p in pieces]
+
+
+def conformance_split(markdown_text: str, file_title: str) -> list[dict]:
+    """Adapter for /work/shared/conformance/md_split_check.py (the seed rule it checks)."""
+    return split_markdown(markdown_text, file_title, mode="seed")

@@ -1,0 +1,62 @@
+"""node_entry: validate the file, give the document its identity, route by type."""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from graphs.base import graph_node
+from services.errors import FileProcessingError, StateFieldError, ValidationError
+from services.settings import get_settings
+
+SUPPORTED = {".pdf": "pdf", ".md": "md", ".markdown": "md"}
+
+
+def doc_identity(path: Path, doc_key: str | None = None) -> tuple[str, str]:
+    """(doc_id, doc_key). The id hashes the resolved path (or a caller-given key), so
+    `e20c/introduction.md` and `e52c/introduction.md` never replace each other."""
+    source = doc_key or str(path.resolve())
+    digest = hashlib.sha1(source.encode("utf-8")).hexdigest()[:16]
+    stem = re.sub(r"[^\w.-]+", "_", path.stem, flags=re.UNICODE).strip("._")[:60] or "doc"
+    return digest, f"{stem}-{digest[:8]}"
+
+
+def validate_file(path: Path, max_mb: int) -> str:
+    """The file's type ("pdf" | "md"), or a ValidationError saying in Chinese what is wrong."""
+    kind = SUPPORTED.get(path.suffix.lower())
+    if kind is None:
+        raise ValidationError(f"不支持的文件类型“{path.suffix or '无扩展名'}”：目前只能导入 PDF 或 Markdown（.md）文件。")
+    if not path.is_file():
+        raise FileProcessingError(f"文件不存在：{path}")
+    size = path.stat().st_size
+    if size == 0:
+        raise ValidationError(f"文件“{path.name}”是空的（0 字节），没有可导入的内容。")
+    if size > max_mb * 1024 * 1024:
+        raise ValidationError(f"文件“{path.name}”有 {size / 1024 / 1024:.1f} MB，超过了 {max_mb} MB 的上限。")
+    return kind
+
+
+@graph_node("import", "node_entry", "检查文件")
+def node_entry(state: dict) -> dict:
+    raw = (state.get("import_file_path") or "").strip()
+    if not raw:
+        raise StateFieldError("没有给出要导入的文件路径。")
+    path = Path(raw)
+    settings = get_settings()
+    kind = validate_file(path, settings.max_upload_mb)
+    doc_id, doc_key = doc_identity(path, state.get("doc_key"))
+    work_dir = settings.data_dir / "work" / doc_key
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out = {
+        "file_type": kind, "file_title": path.stem, "doc_id": doc_id, "doc_key": doc_key,
+        "work_dir": str(work_dir), "_summary": f"{path.name}（{kind.upper()}）",
+    }
+    if kind == "pdf":
+        out["pdf_path"] = str(path)
+    else:
+        out["md_path"] = str(path)
+    return out
+
+
+def route_after_entry(state: dict) -> str:
+    return "node_pdf_to_md" if state.get("file_type") == "pdf" else "node_md_img"

@@ -1,0 +1,138 @@
+"""node_md_img: find the images a Markdown file really references, caption, upload, relink.
+
+Writes `{stem}_new.md` in the work folder; the original file is never touched.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from urllib.parse import unquote
+
+from graphs.base import graph_node
+from services.errors import ImageProcessingError, ValidationError
+from services.object_store import get_object_store
+from services.prompts import load_prompt
+from services.settings import get_settings
+from services.text_files import read_text
+from services.vision_model import caption_image
+
+log = logging.getLogger("import.node_md_img")
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".svg"}
+CONTEXT_CHARS = 100
+# ![alt](src "title")  |  <img ... src="x" ...>  |  <Image src='x' .../> (Docusaurus/MDX)
+MD_IMAGE = re.compile(r"!\[(?P<alt>[^\]\n]*)\]\(\s*<?(?P<src>[^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+TAG_IMAGE = re.compile(r"<(?:img|image)\b[^>]*?\bsrc\s*=\s*(?P<q>[\"'])(?P<src>.+?)(?P=q)[^>]*?/?>", re.IGNORECASE)
+TAG_ALT = re.compile(r"\balt\s*=\s*([\"'])(.*?)\1", re.IGNORECASE)
+HEADING = re.compile(r"^\s*#{1,6}\s+(.+)$", re.MULTILINE)
+
+
+def resolve_image(src: str, md_file: Path) -> Path | None:
+    """Local file for an image reference: relative to the Markdown file, or a site-absolute
+    path (`/docs/...`) resolved against the document's own folders (`static/`, `public/`)."""
+    clean = unquote(src.split("#")[0].split("?")[0]).strip()
+    if not clean:
+        return None
+    if not clean.startswith("/"):
+        candidate = (md_file.parent / clean).resolve()
+        return candidate if candidate.is_file() else None
+    rel = clean.lstrip("/")
+    for folder in [md_file.parent, *md_file.parent.parents][:6]:
+        for base in (folder, folder / "static", folder / "public"):
+            candidate = base / rel
+            if candidate.is_file():
+                return candidate.resolve()
+    return None
+
+
+def nearest_heading(text: str, pos: int) -> str:
+    heading = ""
+    for m in HEADING.finditer(text, 0, pos):
+        heading = m.group(1)
+    return heading.strip("# ").strip()
+
+
+def offline_caption(alt: str, text: str, start: int, end: int) -> str:
+    """Without a vision model: the author's alt text, else the nearest heading and context."""
+    alt = alt.strip()
+    if alt and not re.fullmatch(r"[\w.-]*\.(png|jpe?g|gif|webp|svg)|image|img|图片|pic", alt, re.IGNORECASE):
+        return alt[:50]
+    heading = nearest_heading(text, start)
+    before = re.sub(r"\s+", " ", re.sub(r"[#>*`|!\[\]()<>]", " ", text[max(0, start - 60):start])).strip()
+    parts = [p for p in (heading, before[-30:]) if p]
+    return ("插图：" + " - ".join(parts))[:50] if parts else "插图"
+
+
+def find_images(text: str) -> list[tuple[int, int, str, str]]:
+    """(start, end, src, alt) for every image reference, in document order."""
+    found = [(m.start(), m.end(), m.group("src"), m.group("alt")) for m in MD_IMAGE.finditer(text)]
+    for m in TAG_IMAGE.finditer(text):
+        alt = TAG_ALT.search(m.group(0))
+        found.append((m.start(), m.end(), m.group("src"), alt.group(2) if alt else ""))
+    return sorted(found)
+
+
+def safe_caption(caption: str) -> str:
+    return re.sub(r"[\[\]\n\r]+", " ", caption).strip()
+
+
+@graph_node("import", "node_md_img", "图片处理", ImageProcessingError)
+def node_md_img(state: dict) -> dict:
+    settings = get_settings()
+    md_file = Path(state["md_path"])
+    text = read_text(md_file)
+    if not text.strip():
+        raise ValidationError(f"文档“{md_file.name}”没有任何文字内容，无法导入。")
+    store = get_object_store(settings)
+    doc_key = state["doc_key"]
+    use_model = settings.llm_enabled
+    images: list[dict] = []
+    replacements: dict[tuple[int, int], str] = {}
+    cleared = False
+    for start, end, src, alt in find_images(text):
+        if re.match(r"^(https?:)?//|^data:", src, re.IGNORECASE):
+            images.append({"src": src, "status": "remote", "url": src, "caption": alt})
+            replacements[(start, end)] = f"![{safe_caption(alt) or '图片'}]({src})"
+            continue
+        local = resolve_image(src, md_file)
+        if local is None or local.suffix.lower() not in IMAGE_SUFFIXES:
+            log.warning("image not found: %s (in %s)", src, md_file)
+            images.append({"src": src, "status": "missing", "url": "", "caption": alt})
+            replacements[(start, end)] = f"（图片缺失：{safe_caption(alt) or src}）"
+            continue
+        if not cleared:  # stale images of an earlier import must never mix with these
+            store.clear_images(doc_key)
+            cleared = True
+        caption = None
+        if use_model:
+            prompt = load_prompt(
+                "image_summary", file_title=state["file_title"],
+                before=text[max(0, start - CONTEXT_CHARS):start], after=text[end:end + CONTEXT_CHARS],
+            )
+            try:
+                caption = caption_image(local, prompt, settings)
+            except Exception as exc:  # one bad caption must not fail the import
+                log.warning("caption failed for %s: %s", local.name, exc)
+        caption = safe_caption(caption or offline_caption(alt, text, start, end))
+        url = store.upload_image(doc_key, local)
+        images.append({"src": src, "status": "uploaded", "url": url, "caption": caption})
+        replacements[(start, end)] = f"![{caption}]({url})"
+    # Rebuild by slicing, never re.sub with a replacement string: captions may hold `\` and `$`.
+    pieces, last = [], 0
+    for (start, end), new in sorted(replacements.items()):
+        pieces.append(text[last:start])
+        pieces.append(new)
+        last = end
+    pieces.append(text[last:])
+    new_text = "".join(pieces)
+    new_md = Path(state["work_dir"]) / f"{md_file.stem}_new.md"
+    new_md.write_text(new_text, encoding="utf-8")
+    counts = {s: sum(1 for i in images if i["status"] == s) for s in ("uploaded", "remote", "missing")}
+    return {
+        "md_content": new_text, "new_md_path": str(new_md), "images": images,
+        "caption_mode": "vision-model" if use_model else "offline",
+        "_summary": f"图片 {counts['uploaded']} 张已上传，{counts['missing']} 张缺失，{counts['remote']} 张外链"
+                    + ("" if use_model else "（未配置视觉模型，使用原有说明文字作为标题）"),
+        "_detail": counts,
+    }

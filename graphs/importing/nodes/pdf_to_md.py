@@ -1,0 +1,24 @@
+"""node_pdf_to_md: PDF -> Markdown (MinerU API when configured, local parser otherwise)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphs.base import emit, graph_node
+from services.errors import PdfConversionError
+from services.pdf_parser import page_count, pdf_to_markdown
+from services.settings import get_settings
+
+
+@graph_node("import", "node_pdf_to_md", "PDF 转 Markdown", PdfConversionError)
+def node_pdf_to_md(state: dict) -> dict:
+    pdf = Path(state["pdf_path"])
+    out_dir = Path(state["work_dir"]) / "pdf"
+    settings = get_settings()
+
+    def progress(text: str) -> None:
+        emit({"type": "node_progress", "node": "node_pdf_to_md", "text": text})
+
+    md_path = pdf_to_markdown(pdf, out_dir, settings, progress=progress)
+    pages = page_count(pdf)
+    backend = "MinerU" if settings.mineru_api_token else "本地解析"
+    return {"md_path": str(md_path), "pages": pages, "_summary": f"{backend}：{pages} 页 → {md_path.name}"}

@@ -1,0 +1,109 @@
+"""Run the import graph for one file, persisting task state and forwarding progress events.
+
+Used by the CLI, the Chainlit app and the HTTP API alike.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from graphs.importing.graph import build_import_graph
+from services.errors import ImportProcessError
+from services.task_store import get_task_store
+
+log = logging.getLogger("import.runner")
+
+IMPORTABLE = {".pdf", ".md", ".markdown"}
+
+
+@dataclass
+class ImportResult:
+    task_id: str
+    file: str
+    status: str                      # "completed" | "failed"
+    item_name: str = ""
+    chunks: int = 0
+    pages: int = 0
+    images_uploaded: int = 0
+    images_missing: int = 0
+    missing_images: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    node_seconds: dict = field(default_factory=dict)
+    error: str = ""
+    failed_node: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def iter_import_files(paths: list[str | Path]) -> list[Path]:
+    """Files and folders (recursively) -> the `.pdf` / `.md` files, in a stable order."""
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMPORTABLE))
+        else:
+            found.append(p)
+    return found
+
+
+def run_import(path: str | Path, *, product: str | None = None, doc_key: str | None = None,
+               task_id: str | None = None, on_event: Callable[[dict], None] | None = None) -> ImportResult:
+    task_id = task_id or uuid.uuid4().hex
+    tasks = get_task_store()
+    if tasks.get(task_id) is None:
+        tasks.create(task_id, Path(path).name, product=product)
+    tasks.start(task_id)
+    state = {"task_id": task_id, "import_file_path": str(path)}
+    if product:
+        state["product"] = product
+    if doc_key:
+        state["doc_key"] = doc_key
+    started = time.perf_counter()
+    result = ImportResult(task_id=task_id, file=str(path), status="failed")
+    final: dict = {}
+
+    def forward(event: dict) -> None:
+        if event["type"] == "node_start":
+            tasks.node_started(task_id, event["node"])
+        elif event["type"] == "node_end":
+            tasks.node_finished(task_id, event["node"])
+        if on_event is not None:
+            try:
+                on_event({**event, "task_id": task_id})
+            except Exception:  # a broken listener must not break the import
+                log.exception("progress listener failed")
+
+    try:
+        for mode, payload in build_import_graph().stream(state, stream_mode=["custom", "values"]):
+            if mode == "custom":
+                forward(payload)
+            else:
+                final = payload
+    except ImportProcessError as exc:
+        result.error, result.failed_node = exc.message, exc.node or ""
+    except Exception as exc:  # keep the CLI and the app alive whatever a library raises
+        log.exception("import crashed")
+        result.error = f"导入失败：{exc}"
+    result.seconds = round(time.perf_counter() - started, 3)
+    images = final.get("images") or []
+    result.item_name = final.get("item_name", "")
+    result.pages = int(final.get("pages") or 0)
+    result.images_uploaded = sum(1 for i in images if i["status"] == "uploaded")
+    result.missing_images = [i["src"] for i in images if i["status"] == "missing"]
+    result.images_missing = len(result.missing_images)
+    result.node_seconds = {e["node"]: e["seconds"] for e in final.get("node_log") or []}
+    if result.error:
+        tasks.fail(task_id, result.error)
+        forward({"type": "import_failed", "error": result.error, "node": result.failed_node})
+        return result
+    result.status = "completed"
+    result.chunks = len(final.get("chunk_ids") or [])
+    tasks.complete(task_id, {k: v for k, v in result.to_dict().items() if k not in ("node_seconds",)})
+    forward({"type": "import_done", "result": result.to_dict()})
+    return result

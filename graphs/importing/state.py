@@ -1,0 +1,29 @@
+"""State of the import graph (the seed's ImportGraphState, plus identity and bookkeeping)."""
+from __future__ import annotations
+
+from typing import TypedDict
+
+from graphs.base import NodeLog
+
+
+class ImportGraphState(TypedDict, total=False):
+    task_id: str
+    import_file_path: str      # the file given by the user (never modified)
+    product: str               # product name given by the user; overrides recognition
+    doc_id: str                # stable identity: same file -> same id, same name elsewhere -> other id
+    doc_key: str               # readable, storage-safe key (object store prefix, work folder)
+    file_title: str            # the stem, for display
+    file_type: str             # "pdf" | "md"
+    work_dir: str              # everything the import writes lives here, under DATA_DIR
+    pdf_path: str
+    md_path: str               # Markdown being processed (converted PDF or the original .md)
+    md_content: str            # Markdown with images captioned and uploaded
+    new_md_path: str
+    images: list[dict]         # {src, status: uploaded|remote|missing, url, caption}
+    caption_mode: str          # "vision-model" | "offline"
+    chunks: list[dict]         # {title, parent_title, part, content, item_name, dense, sparse}
+    item_name: str
+    item_name_source: str      # "user" | "llm" | "offline"
+    chunk_ids: list[str]
+    pages: int
+    node_log: NodeLog

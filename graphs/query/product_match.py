@@ -1,0 +1,120 @@
+"""Lexical product matching: which known product does a question name?
+
+Measured on near-twins: embedding cosines between questions and product names sat within a few
+hundredths for twins, so thresholds on them could not decide. Model codes and brand tokens can:
+the full model code written out -> confirm; only a family or brand -> ask; a different model
+(`Milk-V Mars` when only Duo boards are known) -> no match.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+
+CONFIRM_SCORE = 0.95
+BRAND_SCORE = 0.62
+CONFIRM_THRESHOLD = 0.85
+CANDIDATE_THRESHOLD = 0.60
+_SEP = r"[\s\-_/·]*"
+_LATIN = re.compile(r"[a-z0-9][a-z0-9.]*")
+VERSION_TOKEN = re.compile(r"v\d+(\.\d+)*")
+
+
+def normalize(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = re.sub(r"(?<=\d)\.0(?![0-9])", "", text)  # V3.0 == V3
+    return re.sub(r"[`*\"'“”‘’（）()\[\]【】]", " ", text)
+
+
+def tokens(name: str) -> list[str]:
+    """Product name -> tokens: Latin/digit words (hyphens dropped) and CJK runs."""
+    out = []
+    for word in normalize(name).split():
+        for part in re.findall(r"[a-z0-9.\-]+|[\u4e00-\u9fff]+", word):
+            part = part.replace("-", "").strip(".")
+            if part:
+                out.append(part)
+    return out
+
+
+def _pattern(run: list[str]) -> re.Pattern:
+    body = _SEP.join(_SEP.join(re.escape(ch) for ch in tok) if _LATIN.fullmatch(tok) else re.escape(tok)
+                     for tok in run)
+    return re.compile(rf"(?<![a-z0-9]){body}(?![a-z0-9])")
+
+
+@dataclass
+class ProductMatch:
+    name: str
+    score: float
+    kind: str  # "full" | "partial" | "brand" | "nested" | "other-model" (a known brand, unknown model) | "none"
+    span: tuple[int, int] = (0, 0)
+    covered: list[str] = field(default_factory=list)
+
+
+def _next_word(text: str, end: int) -> str:
+    m = re.match(r"[\s\-_/·]*([a-z][a-z0-9]*)", text[end:])
+    return m.group(1) if m else ""
+
+
+def _is_latin(tok: str) -> bool:
+    return bool(_LATIN.fullmatch(tok))
+
+
+def match_product(question: str, name: str, all_tokens: set[str]) -> ProductMatch:
+    q = normalize(question)
+    toks = tokens(name)
+    if not toks:
+        return ProductMatch(name, 0.0, "none")
+    brand = toks[0] if len(toks) > 1 and _is_latin(toks[0]) and not re.search(r"\d", toks[0]) else ""
+    model = toks[1:] if brand else toks
+    # Category words (模块, 主板) are optional once the name has a model code.
+    required = [t for t in model if _is_latin(t)] or model
+    covered: set[int] = set()
+    spans: list[tuple[int, int]] = []
+    latin_ends: list[int] = []
+    for size in range(len(toks), 0, -1):  # longest runs first, non-overlapping
+        for i in range(len(toks) - size + 1):
+            idx = set(range(i, i + size))
+            if idx & covered:
+                continue
+            run = toks[i:i + size]
+            if size == 1 and len(run[0]) < 2 and not run[0].isdigit():
+                continue  # a lone "s" is no evidence of "Duo S"
+            m = _pattern(run).search(q)
+            if m and not any(a < m.end() and m.start() < b for a, b in spans):
+                covered |= idx
+                spans.append(m.span())
+                if _is_latin(run[-1]):
+                    latin_ends.append(m.end())
+    if not spans:
+        return ProductMatch(name, 0.0, "none")
+    span = (min(a for a, _ in spans), max(b for _, b in spans))
+    got = [toks[k] for k in sorted(covered)]
+    if all(t in got for t in required):
+        return ProductMatch(name, CONFIRM_SCORE, "full", span, got)
+    # Partial or brand only: a different model word right after ("Milk-V Mars") rules it out.
+    for end in latin_ends:
+        nxt = _next_word(q, end)
+        if nxt and nxt not in all_tokens:
+            return ProductMatch(name, 0.0, "other-model", span, got)
+    # A bare version ("V2") is no evidence of a product on its own.
+    chars = sum(len(t) for t in got if t in required and not VERSION_TOKEN.fullmatch(t))
+    if chars == 0:
+        return ProductMatch(name, BRAND_SCORE if brand in got else 0.0, "brand", span, got)
+    total = sum(len(t) for t in required)
+    return ProductMatch(name, min(0.84, 0.65 + 0.2 * chars / max(1, total)), "partial", span, got)
+
+
+def rank_products(question: str, names: list[str]) -> list[ProductMatch]:
+    """Matches of every product, best first; a full match nested in a longer one is dropped
+    (`Duo` inside `Duo 256M`)."""
+    all_tokens = {t for n in names for t in tokens(n)}
+    matches = [match_product(question, n, all_tokens) for n in names]
+    fulls = [m for m in matches if m.kind == "full"]
+    for m in fulls:
+        for other in fulls:
+            inside = other.span[0] <= m.span[0] and m.span[1] <= other.span[1]
+            if other is not m and inside and other.span[1] - other.span[0] > m.span[1] - m.span[0]:
+                m.kind, m.score = "nested", 0.0
+    return sorted((m for m in matches if m.score > 0 or m.kind == "other-model"), key=lambda m: (-m.score, m.name))

@@ -1,0 +1,82 @@
+"""Run the query graph and turn its stream into one event interface.
+
+Events (dicts with "type"): node_start / node_end / node_error / node_progress, delta, final, error.
+The Chainlit app, the HTTP API and the CLI all consume `astream_query` / `run_query`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import AsyncIterator
+
+from graphs.query.graph import build_query_graph
+from services.errors import ImportProcessError
+
+log = logging.getLogger("query.runner")
+
+SUMMARY_KEYS = ("session_id", "original_query", "rewritten_query", "branch", "item_names", "candidates",
+                "decision", "answer", "image_urls", "sources", "rerank_info", "warnings")
+
+
+def initial_state(query: str, session_id: str | None = None, product: str | None = None,
+                  options: dict | None = None, is_stream: bool = True) -> dict:
+    state = {"session_id": session_id or uuid.uuid4().hex, "original_query": query, "is_stream": is_stream,
+             "options": {"web_search": True, "hyde": True, **(options or {})}}
+    if product:
+        state["pinned_product"] = product
+    return state
+
+
+def final_event(state: dict, seconds: float) -> dict:
+    summary = {k: state.get(k) for k in SUMMARY_KEYS}
+    summary["node_log"] = state.get("node_log") or []
+    summary["done_list"] = [e["node"] for e in summary["node_log"]]
+    summary["seconds"] = round(seconds, 4)
+    summary["rrf"] = [{"chunk_id": d.get("chunk_id"), "title": d.get("title"), "score": d.get("rrf_score")}
+                      for d in state.get("rrf_chunks") or []]
+    return {"type": "final", "status": "completed", **summary}
+
+
+async def astream_query(query: str, *, session_id: str | None = None, product: str | None = None,
+                        options: dict | None = None) -> AsyncIterator[dict]:
+    """Progress and answer events, ending with one `final` or one `error` event."""
+    state = initial_state(query, session_id, product, options)
+    started = time.perf_counter()
+    last: dict = state
+    try:
+        async for mode, payload in build_query_graph().astream(state, stream_mode=["custom", "values"]):
+            if mode == "custom":
+                yield payload
+            else:
+                last = payload
+    except ImportProcessError as exc:
+        yield {"type": "error", "error": exc.message, "node": exc.node or "", "session_id": state["session_id"]}
+        return
+    except Exception as exc:  # never let one session's failure escape as a crash
+        log.exception("query crashed")
+        yield {"type": "error", "error": f"处理问题时出错：{exc}", "node": "", "session_id": state["session_id"]}
+        return
+    yield final_event(last, time.perf_counter() - started)
+
+
+def run_query(query: str, **kwargs) -> dict:
+    """Blocking form for the CLI, benchmarks and tests: the final (or error) event, plus deltas."""
+    state = initial_state(query, kwargs.get("session_id"), kwargs.get("product"), kwargs.get("options"))
+    started = time.perf_counter()
+    last: dict = state
+    events: list[dict] = []
+    try:
+        for mode, payload in build_query_graph().stream(state, stream_mode=["custom", "values"]):
+            if mode == "custom":
+                events.append(payload)
+                if kwargs.get("on_event"):
+                    kwargs["on_event"](payload)
+            else:
+                last = payload
+    except ImportProcessError as exc:
+        return {"type": "error", "error": exc.message, "node": exc.node or "", "events": events,
+                "session_id": state["session_id"]}
+    result = final_event(last, time.perf_counter() - started)
+    result["events"] = events
+    return result

@@ -1,0 +1,1 @@
+"""Adapters to everything outside the process: one module per outside thing."""

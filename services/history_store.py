@@ -1,0 +1,223 @@
+"""Chat history (collection `chat_message`) and the document database it lives in.
+
+The database is MongoDB when settings.mongo_url is set, otherwise an embedded montydb on SQLite
+under {data_dir}/history. services/task_store.py shares it. Nothing connects at import time or
+construction (pitfall 11); every backend failure surfaces as StorageError with a Chinese message.
+"""
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager, nullcontext
+from functools import lru_cache
+from typing import Iterator, Sequence
+from urllib.parse import urlsplit
+
+from services.errors import StorageError, ValidationError
+from services.settings import Settings, get_settings
+
+HISTORY_COLLECTION = "chat_message"
+UPDATABLE_FIELDS = frozenset({"role", "text", "rewritten_query", "item_names", "image_urls", "status", "ts"})
+
+IndexKeys = Sequence[tuple[str, int]]
+
+# montydb applies updates as read-modify-write in Python, so writers to one SQLite file must take turns
+_repository_locks: dict[str, threading.RLock] = {}
+_repository_locks_guard = threading.Lock()
+
+
+def _repository_lock(path: str) -> threading.RLock:
+    with _repository_locks_guard:
+        return _repository_locks.setdefault(path, threading.RLock())
+
+
+class DocumentDatabase:
+    """Lazily opened database handing out pymongo-compatible collections."""
+
+    def __init__(self, settings: Settings):
+        self.backend = "mongodb" if settings.mongo_url else "montydb"
+        self._url = settings.mongo_url
+        self._db_name = settings.mongo_db_name
+        self._repository = settings.data_dir / "history"
+        self._client = None
+        # SQLite objects are bound to the thread that made them: one montydb client per thread
+        self._local = threading.local()
+        self._init_lock = threading.Lock()
+        self._storage_ready = False
+        self._indexed: set[str] = set()
+        self._op_lock = nullcontext() if self._url else _repository_lock(str(self._repository))
+
+    def describe(self) -> str:
+        if self._url:
+            parts = urlsplit(self._url)
+            return f"MongoDB {parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"  # no credentials
+        return f"本地数据库 {self._repository}"
+
+    def _database(self):
+        if self._url:
+            with self._init_lock:
+                if self._client is None:
+                    from pymongo import MongoClient
+
+                    self._client = MongoClient(self._url, serverSelectionTimeoutMS=3000, connectTimeoutMS=3000)
+            return self._client[self._db_name]
+        client = getattr(self._local, "client", None)
+        if client is None:
+            from montydb import MontyClient, set_storage
+
+            with self._init_lock:
+                if not self._storage_ready:
+                    self._repository.mkdir(parents=True, exist_ok=True)
+                    set_storage(str(self._repository), storage="sqlite", use_bson=True)
+                    self._storage_ready = True
+            client = self._local.client = MontyClient(str(self._repository))
+        return client[self._db_name]
+
+    @contextmanager
+    def collection(self, name: str, action: str, indexes: Sequence[IndexKeys] = ()) -> Iterator:
+        """Yield collection `name`; a backend failure inside becomes StorageError("{action}失败…")."""
+        from montydb.errors import MontyError
+        from pymongo.errors import PyMongoError
+
+        try:
+            with self._op_lock:
+                collection = self._database()[name]
+                if name not in self._indexed:
+                    for keys in indexes:
+                        collection.create_index(list(keys))  # idempotent on MongoDB, a no-op on montydb
+                    self._indexed.add(name)
+                yield collection
+        except (PyMongoError, MontyError, sqlite3.Error, OSError) as exc:
+            raise StorageError(f"{action}失败（{self.describe()}不可用）：{exc}", cause=exc) from exc
+
+    def ping(self) -> bool:
+        try:
+            with self.collection(HISTORY_COLLECTION, "连接检查") as collection:
+                collection.find_one({})
+            return True
+        except StorageError:
+            return False
+
+
+def _public(doc: dict) -> dict:
+    """Stored document → plain JSON-able dict with `id` instead of the ObjectId `_id`."""
+    doc = dict(doc)
+    doc["id"] = str(doc.pop("_id"))
+    return doc
+
+
+def _object_id(message_id: str):
+    from bson import ObjectId
+    from bson.errors import InvalidId
+
+    try:
+        return ObjectId(message_id)
+    except (InvalidId, TypeError) as exc:
+        raise ValidationError(f"消息ID无效：{message_id!r}", cause=exc) from exc
+
+
+_clock_lock = threading.Lock()
+_last_ts = 0.0
+
+
+def now_ts() -> float:
+    """Epoch seconds, strictly increasing within the process so that ordering by ts is never ambiguous."""
+    global _last_ts
+    with _clock_lock:
+        _last_ts = max(time.time(), _last_ts + 1e-6)
+        return _last_ts
+
+
+class HistoryStore:
+    def __init__(self, settings: Settings | None = None, db: DocumentDatabase | None = None):
+        self.db = db or DocumentDatabase(settings or get_settings())
+        self.backend = self.db.backend
+
+    def _messages(self, action: str):
+        return self.db.collection(HISTORY_COLLECTION, action, indexes=[[("session_id", 1), ("ts", -1)]])
+
+    def add_message(self, session_id: str, role: str, text: str, *, rewritten_query: str = "",
+                    item_names: list[str] | None = None, image_urls: list[str] | None = None,
+                    status: str = "complete") -> str:
+        if not session_id:
+            raise ValidationError("会话ID不能为空")
+        doc = {
+            "session_id": session_id, "role": role, "text": text, "rewritten_query": rewritten_query,
+            "item_names": list(item_names or []), "image_urls": list(image_urls or []),
+            "ts": now_ts(), "status": status,
+        }
+        with self._messages("保存对话记录") as messages:
+            return str(messages.insert_one(doc).inserted_id)
+
+    def update_message(self, message_id: str, **fields) -> bool:
+        """Set the given fields on one message; False when no such message exists."""
+        unknown = set(fields) - UPDATABLE_FIELDS
+        if unknown:
+            raise ValidationError(f"不支持更新的字段：{', '.join(sorted(unknown))}")
+        if not fields:
+            return False
+        oid = _object_id(message_id)
+        with self._messages("更新对话记录") as messages:
+            return messages.update_one({"_id": oid}, {"$set": fields}).matched_count == 1
+
+    def recent(self, session_id: str, limit: int = 10) -> list[dict]:
+        """The newest `limit` messages of a session, oldest first."""
+        if limit <= 0:
+            return []  # MongoDB would read limit(0) as "no limit"
+        with self._messages("读取对话记录") as messages:
+            docs = list(messages.find({"session_id": session_id}).sort([("ts", -1)]).limit(limit))
+        return [_public(doc) for doc in reversed(docs)]
+
+    def backfill_item_names(self, session_id: str, item_names: list[str]) -> int:
+        """Attach confirmed product names to the session's messages that have none yet."""
+        if not item_names:
+            return 0
+        query = {"session_id": session_id,
+                 "$or": [{"item_names": {"$exists": False}}, {"item_names": []}, {"item_names": None}]}
+        with self._messages("补充商品名称") as messages:
+            return messages.update_many(query, {"$set": {"item_names": list(item_names)}}).modified_count
+
+    def list_sessions(self, limit: int = 50) -> list[dict]:
+        """Sessions newest first: session_id, last_ts, first_user_text."""
+        # folded here rather than with $group: montydb has no aggregate()
+        sessions: dict[str, dict] = {}
+        with self._messages("读取会话列表") as messages:
+            cursor = messages.find({}, {"session_id": 1, "role": 1, "text": 1, "ts": 1}).sort([("ts", 1)])
+            for doc in cursor:
+                entry = sessions.setdefault(doc["session_id"], {
+                    "session_id": doc["session_id"], "last_ts": doc["ts"], "first_user_text": ""})
+                entry["last_ts"] = doc["ts"]
+                if not entry["first_user_text"] and doc.get("role") == "user":
+                    entry["first_user_text"] = doc.get("text", "")
+        return sorted(sessions.values(), key=lambda s: s["last_ts"], reverse=True)[:max(limit, 0)]
+
+    def delete_session(self, session_id: str) -> int:
+        with self._messages("删除会话记录") as messages:
+            return messages.delete_many({"session_id": session_id}).deleted_count
+
+    def ping(self) -> bool:
+        return self.db.ping()
+
+
+_databases: dict[tuple, DocumentDatabase] = {}
+_databases_lock = threading.Lock()
+
+
+def get_database(settings: Settings | None = None) -> DocumentDatabase:
+    """One database per distinct configuration (Settings itself is unhashable: it holds a dict)."""
+    settings = settings or get_settings()
+    key = (settings.mongo_url, settings.mongo_db_name, str(settings.data_dir))
+    with _databases_lock:
+        if key not in _databases:
+            _databases[key] = DocumentDatabase(settings)
+        return _databases[key]
+
+
+def get_history_store(settings: Settings | None = None) -> HistoryStore:
+    return _history_store_for(get_database(settings))
+
+
+@lru_cache(maxsize=None)
+def _history_store_for(db: DocumentDatabase) -> HistoryStore:
+    return HistoryStore(db=db)

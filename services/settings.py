@@ -1,0 +1,146 @@
+"""One typed settings object, read from the environment and `.env`.
+
+Every field has a working default so that a fresh checkout runs with no server and no key.
+Nothing here opens a connection.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from dotenv import load_dotenv
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def _int(name: str, default: int) -> int:
+    raw = _env(name)
+    return int(raw) if raw else default
+
+
+def _float(name: str, default: float) -> float:
+    raw = _env(name)
+    return float(raw) if raw else default
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = _env(name).lower()
+    if not raw:
+        return default
+    return raw in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    # PDF parsing
+    mineru_api_token: str = ""
+    mineru_base_url: str = "https://mineru.net/api/v4"
+    mineru_poll_interval_s: float = 3.0
+    mineru_timeout_s: float = 600.0
+    # chat / vision models (OpenAI-compatible)
+    openai_api_key: str = ""
+    openai_api_base: str = "https://dashscope.aliyuncs.com/compatible-mode/v1"
+    llm_default_model: str = "qwen-flash"
+    vl_model: str = "qwen3-vl-flash"
+    llm_timeout_s: float = 60.0
+    vl_max_requests: int = 10
+    vl_window_s: float = 60.0
+    # embeddings / reranker
+    bge_m3_path: str = ""
+    bge_device: str = "cpu"
+    bge_fp16: bool = False
+    bge_reranker_large: str = ""
+    embed_batch_size: int = 8
+    # vector store
+    milvus_url: str = ""
+    chunks_collection: str = "kb_chunks"
+    item_name_collection: str = "kb_item_names"
+    # history store
+    mongo_url: str = ""
+    mongo_db_name: str = "kb001"
+    # object store
+    minio_endpoint: str = ""
+    minio_access_key: str = ""
+    minio_secret_key: str = ""
+    minio_bucket_name: str = "knowledge-base"
+    minio_secure: bool = False
+    # web search
+    mcp_dashscope_base_url: str = ""
+    mcp_api_key: str = ""
+    # limits
+    max_upload_mb: int = 100
+    max_context_chars: int = 12000
+    # http api
+    api_key: str = ""
+
+    @property
+    def milvus_uri(self) -> str:
+        return self.milvus_url or str(self.data_dir / "milvus.db")
+
+    @property
+    def llm_enabled(self) -> bool:
+        return bool(self.openai_api_key)
+
+    def replace(self, **changes) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+
+def load_settings() -> Settings:
+    """Read the environment (after `.env`) into a fresh Settings."""
+    load_dotenv(ROOT / ".env", override=False)
+    data_dir = Path(_env("DATA_DIR", "./data"))
+    if not data_dir.is_absolute():
+        data_dir = (Path.cwd() / data_dir).resolve()
+    return Settings(
+        data_dir=data_dir,
+        mineru_api_token=_env("MINERU_API_TOKEN"),
+        mineru_base_url=_env("MINERU_BASE_URL", "https://mineru.net/api/v4").rstrip("/"),
+        mineru_poll_interval_s=_float("MINERU_POLL_INTERVAL_S", 3.0),
+        mineru_timeout_s=_float("MINERU_TIMEOUT_S", 600.0),
+        openai_api_key=_env("OPENAI_API_KEY"),
+        openai_api_base=_env("OPENAI_API_BASE", "https://dashscope.aliyuncs.com/compatible-mode/v1"),
+        llm_default_model=_env("LLM_DEFAULT_MODEL", "qwen-flash"),
+        vl_model=_env("VL_MODEL", "qwen3-vl-flash"),
+        llm_timeout_s=_float("LLM_TIMEOUT_S", 60.0),
+        vl_max_requests=_int("VL_MAX_REQUESTS", 10),
+        vl_window_s=_float("VL_WINDOW_S", 60.0),
+        bge_m3_path=_env("BGE_M3_PATH"),
+        bge_device=_env("BGE_DEVICE", "cpu"),
+        bge_fp16=_bool("BGE_FP16", False),
+        bge_reranker_large=_env("BGE_RERANKER_LARGE"),
+        embed_batch_size=_int("EMBED_BATCH_SIZE", 8),
+        milvus_url=_env("MILVUS_URL"),
+        chunks_collection=_env("CHUNKS_COLLECTION", "kb_chunks"),
+        item_name_collection=_env("ITEM_NAME_COLLECTION", "kb_item_names"),
+        mongo_url=_env("MONGO_URL"),
+        mongo_db_name=_env("MONGO_DB_NAME", "kb001"),
+        minio_endpoint=_env("MINIO_ENDPOINT"),
+        minio_access_key=_env("MINIO_ACCESS_KEY"),
+        minio_secret_key=_env("MINIO_SECRET_KEY"),
+        minio_bucket_name=_env("MINIO_BUCKET_NAME", "knowledge-base"),
+        minio_secure=_bool("MINIO_SECURE", False),
+        mcp_dashscope_base_url=_env("MCP_DASHSCOPE_BASE_URL"),
+        mcp_api_key=_env("MCP_API_KEY") or _env("OPENAI_API_KEY"),
+        max_upload_mb=_int("MAX_UPLOAD_MB", 100),
+        max_context_chars=_int("MAX_CONTEXT_CHARS", 12000),
+        api_key=_env("API_KEY"),
+    )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()
+
+
+def reload_settings() -> Settings:
+    """Forget the cached settings (tests point DATA_DIR elsewhere)."""
+    get_settings.cache_clear()
+    return get_settings()

@@ -1,0 +1,170 @@
+"""ObjectStore against both backends: local files served like the app serves them, and a real S3 (radosgw)."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from fakes.s3_server import INSTALL_HINT, S3ServerError, missing_binaries, start_radosgw
+from services.errors import MinioError, StorageError
+from services.object_store import LOCAL_URL_PREFIX, get_object_store, local_images_root
+from services.settings import Settings
+
+PNG_A = b"\x89PNG\r\n\x1a\n" + b"A" * 64
+PNG_B = b"\x89PNG\r\n\x1a\n" + b"B" * 64
+TRICKY_DOC_KEY = "洗衣机 \"X1\" 说明书 it's v2 (终版)"
+
+
+@dataclass
+class Harness:
+    store: object
+    base_url: str  # prefix for the relative URLs of the local backend
+    denied_status: int  # what an anonymous read of a private object answers
+
+    def get(self, url: str) -> httpx.Response:
+        full = self.base_url + url if url.startswith("/") else url
+        return httpx.get(full, timeout=10)  # no credentials: what a browser would do
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory):
+    if missing_binaries():
+        pytest.skip(f"radosgw not installed; run: {INSTALL_HINT}")
+    started = time.monotonic()
+    try:
+        endpoint, access_key, secret_key, stop = start_radosgw(tmp_path_factory.mktemp("ceph"))
+    except S3ServerError as exc:
+        pytest.fail(f"radosgw did not start: {exc}")
+    print(f"radosgw started in {time.monotonic() - started:.1f}s at {endpoint}")
+    yield endpoint, access_key, secret_key
+    stop()
+
+
+def _serve_local_images(settings: Settings):
+    """Mount the images folder exactly as the app does, on a real HTTP port."""
+    app = Starlette(routes=[Mount(f"{LOCAL_URL_PREFIX}/upload-images",
+                                  app=StaticFiles(directory=local_images_root(settings), check_dir=False))])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    return f"http://127.0.0.1:{sock.getsockname()[1]}", lambda: (setattr(server, "should_exit", True), thread.join())
+
+
+@pytest.fixture(params=["local", "minio"])
+def harness(request, tmp_path):
+    settings = Settings(data_dir=tmp_path / "data")
+    if request.param == "local":
+        base_url, stop = _serve_local_images(settings)
+        yield Harness(get_object_store(settings), base_url, denied_status=404)
+        stop()
+    else:
+        endpoint, access_key, secret_key = request.getfixturevalue("s3_server")
+        settings = settings.replace(minio_endpoint=endpoint, minio_access_key=access_key,
+                                    minio_secret_key=secret_key, minio_bucket_name=f"kb-{uuid.uuid4().hex[:12]}")
+        yield Harness(get_object_store(settings), "", denied_status=403)
+
+
+def _file(folder: Path, name: str, data: bytes) -> Path:
+    path = folder / name
+    path.write_bytes(data)
+    return path
+
+
+def test_backend_is_chosen_by_settings(harness):
+    assert harness.store.backend == ("minio" if harness.base_url == "" else "local")
+    assert harness.store.ping() is True
+
+
+def test_images_are_public_and_replaced_on_reimport(harness, tmp_path):
+    store = harness.store
+    old_urls = [store.upload_image(TRICKY_DOC_KEY, _file(tmp_path, "图 1.png", PNG_A)),
+                store.upload_image(TRICKY_DOC_KEY, _file(tmp_path, "p2.png", PNG_B))]
+    for url, data in zip(old_urls, (PNG_A, PNG_B)):
+        assert "%5C" not in url and " " not in url and '"' not in url
+        resp = harness.get(url)
+        assert resp.status_code == 200, (url, resp.text[:200])
+        assert resp.content == data
+        assert resp.headers["content-type"].startswith("image/png")
+
+    assert store.clear_images(TRICKY_DOC_KEY) == 2
+    assert all(harness.get(url).status_code in (403, 404) for url in old_urls)
+    assert store.clear_images(TRICKY_DOC_KEY) == 0
+
+    new_url = store.upload_image(TRICKY_DOC_KEY, _file(tmp_path, "p2.png", PNG_A))
+    assert harness.get(new_url).content == PNG_A
+    assert store.open_image(f"upload-images/{TRICKY_DOC_KEY}/p2.png") == PNG_A
+
+
+def test_clear_images_touches_only_one_document(harness, tmp_path):
+    store = harness.store
+    keep = store.upload_image("doc-b", _file(tmp_path, "a.png", PNG_B))
+    store.upload_image("doc", _file(tmp_path, "a.png", PNG_A))
+    assert store.clear_images("doc") == 1
+    assert harness.get(keep).content == PNG_B
+
+
+def test_backslash_in_file_name_becomes_slash(harness, tmp_path):
+    url = harness.store.upload_image("doc", _file(tmp_path, "images\\pic.png", PNG_A))
+    assert "%5C" not in url and url.endswith("/upload-images/doc/images/pic.png")
+    assert harness.get(url).content == PNG_A
+
+
+def test_original_is_private(harness, tmp_path):
+    store = harness.store
+    name = store.upload_original(_file(tmp_path, "手册 A.pdf", b"%PDF-1.7 test"), day="20240102")
+    assert name == "pdf_files/20240102/手册 A.pdf"
+    assert store.open_image(name) == b"%PDF-1.7 test"
+    assert harness.get(store.object_url(name)).status_code == harness.denied_status
+    assert store.upload_original(_file(tmp_path, "b.pdf", b"x")).startswith(f"pdf_files/{time.strftime('%Y%m%d')}/")
+
+
+@pytest.mark.parametrize("doc_key", ["", "..", "../x", "/etc", "a/b", "a\\..\\b", "a\x00b", "C:\\x"])
+def test_doc_key_cannot_escape(harness, tmp_path, doc_key):
+    with pytest.raises(StorageError):
+        harness.store.upload_image(doc_key, _file(tmp_path, "a.png", PNG_A))
+    with pytest.raises(StorageError):
+        harness.store.clear_images(doc_key)
+
+
+def test_file_names_and_object_names_cannot_escape(harness, tmp_path):
+    store = harness.store
+    with pytest.raises(MinioError):
+        store.upload_image("doc", _file(tmp_path, "..\\..\\evil.png", PNG_A))
+    with pytest.raises(MinioError):
+        store.upload_original(_file(tmp_path, "..\\x.pdf", b"x"))
+    with pytest.raises(MinioError):
+        store.upload_original(_file(tmp_path, "ok.pdf", b"x"), day="../2024")
+    with pytest.raises(MinioError):
+        store.open_image("upload-images/../../secret")
+    with pytest.raises(MinioError):
+        store.upload_image("doc", tmp_path / "missing.png")
+    assert not list((tmp_path / "data").rglob("evil.png"))
+
+
+def test_unreachable_s3_fails_fast_with_chinese_message(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings = Settings(data_dir=tmp_path, minio_endpoint=f"127.0.0.1:{port}", minio_access_key="k",
+                        minio_secret_key="s")
+    store = get_object_store(settings)
+    assert store.backend == "minio" and store is get_object_store(settings)
+    started = time.monotonic()
+    with pytest.raises(MinioError, match="无法连接对象存储"):
+        store.upload_image("doc", _file(tmp_path, "a.png", PNG_A))
+    assert store.ping() is False
+    assert time.monotonic() - started < 15
