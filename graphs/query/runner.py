@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from graphs.query.graph import build_query_graph
 from services.errors import ImportProcessError
@@ -38,6 +38,13 @@ def final_event(state: dict, seconds: float) -> dict:
     return {"type": "final", "status": "completed", **summary}
 
 
+def error_event(exc: Exception, session_id: str) -> dict:
+    if isinstance(exc, ImportProcessError):
+        return {"type": "error", "error": exc.message, "node": exc.node or "", "session_id": session_id}
+    log.exception("query crashed")  # never let one session's failure escape as a crash
+    return {"type": "error", "error": f"处理问题时出错：{exc}", "node": "", "session_id": session_id}
+
+
 async def astream_query(query: str, *, session_id: str | None = None, product: str | None = None,
                         options: dict | None = None) -> AsyncIterator[dict]:
     """Progress and answer events, ending with one `final` or one `error` event."""
@@ -50,19 +57,16 @@ async def astream_query(query: str, *, session_id: str | None = None, product: s
                 yield payload
             else:
                 last = payload
-    except ImportProcessError as exc:
-        yield {"type": "error", "error": exc.message, "node": exc.node or "", "session_id": state["session_id"]}
-        return
-    except Exception as exc:  # never let one session's failure escape as a crash
-        log.exception("query crashed")
-        yield {"type": "error", "error": f"处理问题时出错：{exc}", "node": "", "session_id": state["session_id"]}
+    except Exception as exc:
+        yield error_event(exc, state["session_id"])
         return
     yield final_event(last, time.perf_counter() - started)
 
 
-def run_query(query: str, **kwargs) -> dict:
-    """Blocking form for the CLI, benchmarks and tests: the final (or error) event, plus deltas."""
-    state = initial_state(query, kwargs.get("session_id"), kwargs.get("product"), kwargs.get("options"))
+def run_query(query: str, *, session_id: str | None = None, product: str | None = None,
+              options: dict | None = None, on_event: Callable[[dict], None] | None = None) -> dict:
+    """Blocking form for the CLI, benchmarks and tests: the final (or error) event, plus all events."""
+    state = initial_state(query, session_id, product, options)
     started = time.perf_counter()
     last: dict = state
     events: list[dict] = []
@@ -70,13 +74,10 @@ def run_query(query: str, **kwargs) -> dict:
         for mode, payload in build_query_graph().stream(state, stream_mode=["custom", "values"]):
             if mode == "custom":
                 events.append(payload)
-                if kwargs.get("on_event"):
-                    kwargs["on_event"](payload)
+                if on_event:
+                    on_event(payload)
             else:
                 last = payload
-    except ImportProcessError as exc:
-        return {"type": "error", "error": exc.message, "node": exc.node or "", "events": events,
-                "session_id": state["session_id"]}
-    result = final_event(last, time.perf_counter() - started)
-    result["events"] = events
-    return result
+    except Exception as exc:
+        return {**error_event(exc, state["session_id"]), "events": events}
+    return {**final_event(last, time.perf_counter() - started), "events": events}

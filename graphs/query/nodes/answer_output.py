@@ -1,7 +1,8 @@
 """node_answer_output: the answer, streamed, with pictures recovered from the sources.
 
-Image URLs come from the reranked local sources only (their `url` when it is an image, and the
-Markdown images in their content), never from the model's text (pitfall 14).
+Image URLs come from the local sources the answer was built from (their `url` when it is an
+image, and the Markdown images in their content), never from the model's text (pitfall 14): the
+model's `【图片】` block, its Markdown images and image URLs no source carries are not shown.
 """
 from __future__ import annotations
 
@@ -18,11 +19,15 @@ from services.settings import get_settings
 log = logging.getLogger("query.node_answer_output")
 
 IMAGE_SUFFIX = re.compile(r"\.(png|jpe?g|gif|webp|bmp|svg)(\?.*)?$", re.IGNORECASE)
-MD_IMAGE = re.compile(r"!\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?[^)]*\)")
+MD_IMAGE = re.compile(r"!\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?[^)\n]*\)")
+URL_CHAR = r"[A-Za-z0-9\-._~:/?#@$&*+=%]"
+# ASCII only, so a URL ends where Chinese text starts; a trailing "." is the sentence's, not the URL's.
+BARE_IMAGE_URL = re.compile(rf"https?://{URL_CHAR}+?\.(?:png|jpe?g|gif|webp|bmp|svg)(?:\?{URL_CHAR}*)?"
+                            r"(?![A-Za-z0-9/_\-])", re.IGNORECASE)
 IMAGE_MARK = "【图片】"
-IMAGE_BLOCK = re.compile(r"\n*【图片】[\s\S]*$")
 OFFLINE_NOTE = "（未配置大语言模型，以下是从说明书中直接摘录的相关内容。）"
 EXCERPT_CHARS = 400
+EXTRACTIVE_SOURCES = 3
 
 
 def image_urls(docs: list[dict]) -> list[str]:
@@ -43,16 +48,15 @@ def format_source(i: int, doc: dict) -> str:
 
 
 def build_context(docs: list[dict], history: list[dict], budget: int) -> tuple[str, str, int]:
-    """(sources, history) within one shared character budget: sources first and never cut in the
-    middle; history gets what is left, newest turns kept (pitfall 13)."""
-    used, parts, n_sources = 0, [], 0
+    """(sources, history, number of sources) within one shared character budget: sources first and
+    never cut in the middle; history gets what is left, newest turns kept (pitfall 13)."""
+    used, parts = 0, []
     for i, doc in enumerate(docs, 1):
         block = format_source(i, doc)
         if used + len(block) > budget:
             break
         parts.append(block)
         used += len(block) + 2
-        n_sources += 1
     turns: list[str] = []
     for msg in reversed(history):
         line = f"{'用户' if msg.get('role') == 'user' else '助手'}：{msg.get('text', '')}"
@@ -60,51 +64,73 @@ def build_context(docs: list[dict], history: list[dict], budget: int) -> tuple[s
             break
         turns.insert(0, line)
         used += len(line) + 1
-    return "\n\n".join(parts), "\n".join(turns) or "（无）", n_sources
+    return "\n\n".join(parts), "\n".join(turns) or "（无）", len(parts)
 
 
-def strip_image_block(text: str) -> str:
-    return IMAGE_BLOCK.sub("", text).rstrip()
+def shown_text(text: str, allowed_urls: set[str]) -> str:
+    """The model's text as the user sees it: no image block, no Markdown image, no image URL that
+    no source carries."""
+    cut = text.find(IMAGE_MARK)
+    text = text[:cut] if cut >= 0 else text
+    text = MD_IMAGE.sub("", text)
+    text = BARE_IMAGE_URL.sub(lambda m: m.group(0) if m.group(0) in allowed_urls else "", text)
+    return text.rstrip()
 
 
-def extractive_answer(docs: list[dict]) -> str:
-    local = [d for d in docs if d.get("source", "local") == "local"][:3]
-    if not local:
-        return OFFLINE_NOTE + "\n\n没有找到相关内容。"
-    lines = [OFFLINE_NOTE, ""]
-    for i, doc in enumerate(local, 1):
-        body = MD_IMAGE.sub("", doc.get("content", ""))
-        body = re.sub(r"\n{2,}", "\n", body).strip()
-        excerpt = body[:EXCERPT_CHARS] + ("……" if len(body) > EXCERPT_CHARS else "")
-        quoted = "\n".join(f"> {line}" for line in excerpt.splitlines())
-        lines += [f"**[{i}] {doc.get('title', '')}**（{doc.get('item_name', '')}）", quoted, ""]
-    return "\n".join(lines).rstrip()
-
-
-def visible_part(text: str) -> str:
-    """What may be shown while streaming: never the model's own image block, nor the start of it."""
+def settled_part(text: str) -> str:
+    """The prefix of a growing answer that later tokens cannot turn into an image block, a Markdown
+    image or an image URL (trailing spaces may still turn out to precede the image block)."""
     cut = text.find(IMAGE_MARK)
     if cut >= 0:
         return text[:cut]
     for k in range(len(IMAGE_MARK) - 1, 0, -1):
         if text.endswith(IMAGE_MARK[:k]):
-            return text[:-k]
+            text = text[:-k]
+            break
+    start = text.rfind("![")
+    if start >= 0 and not MD_IMAGE.match(text, start):
+        text = text[:start]
+    elif text.endswith("!"):
+        text = text[:-1]
+    tail = re.search(rf"{URL_CHAR}*\Z", text).group(0)
+    pending = re.search(r"(?i)http.*\Z|ht?t?\Z", tail)  # a URL still being written
+    if pending:
+        text = text[:len(text) - len(tail) + pending.start()]
     return text
 
 
-def stream_answer(prompt_user: str) -> str:
+def extractive_answer(docs: list[dict]) -> tuple[str, list[dict]]:
+    """Offline answer: the top local passages quoted with their source numbers; and those sources."""
+    quoted = [(i, d) for i, d in enumerate(docs, 1) if d.get("source", "local") == "local"][:EXTRACTIVE_SOURCES]
+    if not quoted:
+        return OFFLINE_NOTE + "\n\n没有找到相关内容。", []
+    lines = [OFFLINE_NOTE, ""]
+    for i, doc in quoted:
+        body = MD_IMAGE.sub("", doc.get("content", ""))
+        body = re.sub(r"\n{2,}", "\n", body).strip()
+        excerpt = body[:EXCERPT_CHARS] + ("……" if len(body) > EXCERPT_CHARS else "")
+        quoted_lines = "\n".join(f"> {line}" for line in excerpt.splitlines())
+        lines += [f"**[{i}] {doc.get('title', '')}**（{doc.get('item_name', '')}）", quoted_lines, ""]
+    return "\n".join(lines).rstrip(), [d for _, d in quoted]
+
+
+def stream_answer(prompt_user: str, allowed_urls: set[str]) -> str:
+    """Stream the model's answer as deltas of what the user may see; return the shown answer."""
     llm = get_chat_model()
-    text, shown = "", 0
+    text, shown = "", ""
     try:
         for chunk in llm.stream(messages(load_prompt("answer_system"), prompt_user)):
             text += str(chunk.content or "")
-            visible = visible_part(text)
-            if len(visible) > shown:
-                emit({"type": "delta", "delta": visible[shown:]})
-                shown = len(visible)
+            visible = shown_text(settled_part(text), allowed_urls)
+            if len(visible) > len(shown) and visible.startswith(shown):
+                emit({"type": "delta", "delta": visible[len(shown):]})
+                shown = visible
     except Exception as exc:
         raise LLMError(f"回答生成中断：{exc}", cause=exc) from exc
-    return text
+    answer = shown_text(text, allowed_urls)
+    if len(answer) > len(shown) and answer.startswith(shown):
+        emit({"type": "delta", "delta": answer[len(shown):]})
+    return answer
 
 
 def sources_of(docs: list[dict]) -> list[dict]:
@@ -133,18 +159,18 @@ def node_answer_output(state: dict) -> dict:
         save_answer(state, state["answer"], [], warnings)
         return {"image_urls": [], "sources": [], "warnings": warnings, "_summary": "直接回复（澄清/拒答）"}
     docs = state.get("reranked_docs") or []
-    urls = image_urls(docs)
-    settings = get_settings()
-    context, history, n = build_context(docs, state.get("history") or [], settings.max_context_chars)
+    context, history, n = build_context(docs, state.get("history") or [], get_settings().max_context_chars)
     prompt = load_prompt("answer_user", context=context or "（无）", history=history,
                          item_names="、".join(state.get("item_names") or []), question=state["rewritten_query"])
     if get_chat_model() is None:
-        answer = extractive_answer(docs)
+        answer, cited = extractive_answer(docs)
+        urls = image_urls(cited)
         emit({"type": "delta", "delta": answer})
         how = "摘录式回答（未配置大模型）"
     else:
-        answer = strip_image_block(stream_answer(prompt))
+        urls = image_urls(docs[:n])  # only pictures of the sources the model was given
+        answer = stream_answer(prompt, set(urls))
         how = "大模型流式回答"
     save_answer(state, answer, urls, warnings)
-    return {"answer": answer, "prompt": prompt, "image_urls": urls, "sources": sources_of(docs[:n] if n else docs),
+    return {"answer": answer, "prompt": prompt, "image_urls": urls, "sources": sources_of(docs[:n]),
             "warnings": warnings, "_summary": f"{how}，{len(answer)} 字，{len(urls)} 张图片，引用 {n} 条资料"}

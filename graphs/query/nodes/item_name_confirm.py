@@ -17,7 +17,7 @@ from services.embeddings import get_embedder
 from services.errors import StateFieldError
 from services.history_store import get_history_store
 from services.prompts import load_prompt
-from services.reranker import get_reranker
+from services.reranker import OfflineReranker, get_reranker
 from services.settings import get_settings
 from services.vector_store import get_vector_store
 
@@ -52,7 +52,8 @@ def extract_with_llm(query: str, history: list[dict]) -> tuple[list[str], str] |
     except Exception as exc:  # the offline path still decides
         log.warning("rewrite failed: %s", exc)
         return None
-    names = data.get("item_names") if isinstance(data.get("item_names"), list) else []
+    names = data.get("item_names")
+    names = [names] if isinstance(names, str) else names if isinstance(names, list) else []
     names = list(dict.fromkeys(re.sub(r"\s+", " ", str(n)).strip() for n in names if str(n).strip()))
     rewritten = str(data.get("rewritten_query") or "").strip() or query
     return names, rewritten
@@ -79,7 +80,11 @@ def evidence_products(query: str) -> tuple[list[str], list[dict]]:
     hits = search_chunks(query, None, limit=10, ranker="rrf")
     if not hits:
         return [], []
-    scores = get_reranker().score(query, hits)
+    try:
+        scores = get_reranker().score(query, hits)
+    except Exception as exc:  # the offline scorer, which the thresholds were calibrated on, stands in
+        log.warning("reranker failed, judging evidence offline: %s", exc)
+        scores = OfflineReranker(get_settings()).score(query, hits)
     ranked = sorted(zip(scores, hits), key=lambda p: -p[0])
     top = ranked[0][0]
     if top < EVIDENCE_THRESHOLD:

@@ -35,9 +35,10 @@ def merge_sources(local: list[dict], web: list[dict]) -> list[dict]:
 @graph_node("query", "node_rerank", "精排")
 def node_rerank(state: dict) -> dict:
     docs = merge_sources(state.get("rrf_chunks") or [], state.get("web_search_docs") or [])
-    reranker = get_reranker()
-    scorer = reranker.name
-    try:
+    scorer = "reranker"
+    try:  # loading the model is part of scoring: a bad model folder fails here too
+        reranker = get_reranker()
+        scorer = reranker.name
         scores = reranker.score(state["rewritten_query"], docs)
         ranked = sorted(zip(scores, docs), key=lambda p: -p[0])
     except Exception as exc:  # a broken scorer degrades to the fused order, never to no answer

@@ -19,7 +19,7 @@ def hit_id(hit) -> str | None:
     entity = hit.get("entity") or {}
     for source in (hit, entity):
         for key in ("chunk_id", "pk", "id"):
-            if source.get(key) is not None:
+            if source.get(key) not in (None, ""):
                 return str(source[key])
     return None
 
