@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -56,3 +58,34 @@ class ThreadedServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class UvicornThread:
+    """An ASGI app served by uvicorn in a daemon thread on a free 127.0.0.1 port."""
+
+    def __init__(self, app: Any, name: str):
+        self.app, self.name = app, name
+        self._server = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> int:
+        import uvicorn
+
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self._server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="on"))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, name=self.name,
+                                        daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"{self.name} did not start")
+            time.sleep(0.02)
+        return sock.getsockname()[1]
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+            self._server = None

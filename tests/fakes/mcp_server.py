@@ -5,15 +5,13 @@
 """
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from typing import Any
 
-import uvicorn
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
+
+from fakes._http import UvicornThread
 
 
 class Page(TypedDict):
@@ -49,8 +47,7 @@ class FakeWebSearchMCP:
         self.calls: list[dict] = []  # arguments of every tool call
         self._pages: dict[str, list[dict]] = dict(pages or {})
         self._error: str | None = None
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: UvicornThread | None = None
         self.url = ""
 
     def set_pages(self, pages: dict[str, list[dict]]) -> None:
@@ -74,25 +71,13 @@ class FakeWebSearchMCP:
         app: Any = mcp.streamable_http_app()
         if self.api_key:
             app = _BearerAuth(app, self.api_key)
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
-                                        name="fake-mcp", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("fake MCP server did not start")
-            time.sleep(0.02)
-        self.url = f"http://127.0.0.1:{port}/mcp"
+        self._server = UvicornThread(app, "fake-mcp")
+        self.url = f"http://127.0.0.1:{self._server.start()}/mcp"
         return self.url
 
     def stop(self) -> None:
         if self._server:
-            self._server.should_exit = True
-            self._thread.join(timeout=5)
+            self._server.stop()
             self._server = None
 
     def __enter__(self) -> "FakeWebSearchMCP":

@@ -1,0 +1,39 @@
+"""HTTP API of 掌柜智库 under `/api`: upload / status / query / stream / history / health.
+
+`mount_api(app)` adds it to any FastAPI app (the Chainlit server's, ahead of Chainlit's catch-all
+route); `create_app()` is a standalone app with only the API (tests, load bench).
+"""
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api.routes import ApiRuntime, router
+
+__all__ = ["create_app", "mount_api"]
+
+
+def mount_api(app: FastAPI) -> None:
+    """Add the /api routes in front of the routes `app` already has (a catch-all GET among them)."""
+    if getattr(app.state, "zgzk_api", None) is not None:
+        return
+    app.state.zgzk_api = ApiRuntime()
+    before = list(app.router.routes)
+    app.include_router(router)
+    added = [route for route in app.router.routes if route not in before]
+    app.router.routes[:] = added + before
+
+
+def create_app() -> FastAPI:
+    """A standalone app with only the API."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await app.state.zgzk_api.aclose()
+
+    app = FastAPI(title="掌柜智库 API", version="0.1.0", lifespan=lifespan,
+                  description="产品说明书知识库：上传说明书、查询导入进度、提问（含 SSE 流式）、会话历史、健康检查。")
+    mount_api(app)
+    return app

@@ -1,0 +1,128 @@
+"""Request and response bodies of the HTTP API (they are what the OpenAPI schema shows)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+# Session ids travel in URLs and as database keys: keep them plain.
+SESSION_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+# The query graph uses the first 2000 characters (and says so in `warnings`); longer than this is refused.
+MAX_QUESTION_CHARS = 10_000
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="中文错误说明")
+    detail: list[dict] | None = Field(None, description="参数校验失败时的逐项说明")
+    session_id: str | None = Field(None, description="回答失败时：所属会话")
+    node: str | None = Field(None, description="回答失败时：出错的节点")
+
+
+class UploadResponse(BaseModel):
+    task_ids: list[str] = Field(description="每个文件一个导入任务，顺序与上传顺序相同")
+
+
+class TaskStatus(BaseModel):
+    task_id: str
+    status: Literal["pending", "processing", "completed", "failed"]
+    file_name: str = ""
+    product: str | None = None
+    done_list: list[str] = Field(default_factory=list, description="已完成的节点")
+    running_list: list[str] = Field(default_factory=list, description="正在运行的节点")
+    error: str | None = None
+    item_name: str | None = None
+    chunks: int | None = None
+    created: float | None = None
+    updated: float | None = None
+
+
+class QueryRequest(BaseModel):
+    query: str = Field(max_length=MAX_QUESTION_CHARS,
+                       description="用户问题；超过 2000 字时只使用前 2000 字，并在 warnings 中说明")
+    session_id: str | None = Field(None, pattern=SESSION_ID_PATTERN, description="会话 ID，不传则自动生成")
+    is_stream: bool = Field(False, description="true：立即返回 session_id，答案经 GET /api/stream/{session_id} 推送")
+    product: str | None = Field(None, max_length=200, description="指定产品（跳过产品识别）")
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("问题不能为空")
+        return value
+
+
+class Source(BaseModel):
+    index: int
+    source: str = Field(description="local（说明书）或 web（联网搜索）")
+    chunk_id: str = ""
+    title: str = ""
+    file_title: str = ""
+    item_name: str = ""
+    url: str = ""
+    score: float = 0.0
+    content: str = ""
+
+
+class Answer(BaseModel):
+    """The `final` SSE event and the body of a non-streamed answer."""
+    session_id: str
+    status: Literal["completed"] = "completed"
+    answer: str
+    branch: str | None = Field(None, description="confirmed：已确认产品；ask：需要选择产品；refuse：知识库无相关产品")
+    item_names: list[str] = Field(default_factory=list)
+    candidates: list[str] = Field(default_factory=list)
+    image_urls: list[str] = Field(default_factory=list, description="只来自本地说明书资料中的图片")
+    sources: list[Source] = Field(default_factory=list)
+    done_list: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
+
+
+class StreamStarted(BaseModel):
+    session_id: str
+
+
+class HistoryMessage(BaseModel):
+    id: str
+    role: str
+    text: str
+    rewritten_query: str = ""
+    item_names: list[str] = Field(default_factory=list)
+    image_urls: list[str] = Field(default_factory=list)
+    status: str = "complete"
+    ts: float
+
+
+class History(BaseModel):
+    session_id: str
+    messages: list[HistoryMessage]
+
+
+class HistoryDeleted(BaseModel):
+    session_id: str
+    deleted: int
+
+
+class Check(BaseModel):
+    backend: str = Field(description="正在使用的后端或模型")
+    ok: bool | None = Field(description="是否可用；null 表示未配置、无需检查")
+    error: str | None = None
+    ms: float | None = Field(None, description="检查耗时（毫秒）")
+
+
+class ChatModelCheck(Check):
+    configured: bool
+
+
+class ModelChecks(BaseModel):
+    embedder: Check
+    reranker: Check
+    chat: ChatModelCheck
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    vector_store: Check
+    history_store: Check
+    object_store: Check
+    models: ModelChecks

@@ -1,0 +1,142 @@
+"""The /api endpoints (the seed's import and query services, in one router)."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Annotated, AsyncIterator
+
+from fastapi import APIRouter, Depends, File, Form, HTTPException, Path, Query, Request, UploadFile
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from api import sse
+from api.auth import require_api_key
+from api.health import health_report
+from api.routing import ApiRoute, body_limit, error_response
+from api.models import (
+    SESSION_ID_PATTERN, Answer, ErrorBody, Health, History, HistoryDeleted, QueryRequest, StreamStarted,
+    TaskStatus, UploadResponse,
+)
+from api.runs import QueryRuns, ServerBusy, SessionBusy
+from api.uploads import ImportQueue, UploadRejected, discard, stage_uploads, upload_body_limit
+from services.errors import StorageError
+from services.history_store import get_history_store
+from services.settings import get_settings
+from services.task_store import get_task_store
+
+ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 413, 422, 503)}
+
+SessionId = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="会话 ID")]
+
+
+class ApiRuntime:
+    """What the API keeps between requests; one per app, in app.state."""
+
+    def __init__(self) -> None:
+        self.runs = QueryRuns()
+        self.imports = ImportQueue()
+
+    async def aclose(self) -> None:
+        await self.runs.aclose()
+        self.imports.shutdown()
+
+
+def runtime(request: Request) -> ApiRuntime:
+    return request.app.state.zgzk_api
+
+
+Runtime = Annotated[ApiRuntime, Depends(runtime)]
+
+router = APIRouter(prefix="/api", tags=["api"], route_class=ApiRoute)
+protected = APIRouter(dependencies=[Depends(require_api_key)], route_class=ApiRoute, responses=ERRORS)
+
+
+@protected.post("/upload", response_model=UploadResponse, summary="上传说明书（PDF / Markdown），后台导入")
+@body_limit(upload_body_limit)
+def upload(rt: Runtime, files: Annotated[list[UploadFile], File(description="一个或多个 .pdf / .md 文件")],
+           product: Annotated[str | None, Form(max_length=200, description="指定商品名（覆盖自动识别）")] = None):
+    try:
+        staged = stage_uploads([(f.filename, f.file) for f in files], get_settings())
+    except UploadRejected as exc:
+        return error_response(exc.status, exc.message)
+    try:
+        return {"task_ids": rt.imports.submit(staged, (product or "").strip() or None)}
+    except StorageError as exc:
+        discard(staged)
+        return error_response(503, f"导入任务无法创建，没有开始导入：{exc.message}")
+
+
+@protected.get("/status/{task_id}", response_model=TaskStatus, responses={404: {"model": ErrorBody}},
+               summary="导入任务进度")
+def task_status(task_id: Annotated[str, Path(max_length=64)]):
+    task = _storage(lambda: get_task_store().get(task_id))
+    if task is None:
+        raise HTTPException(404, f"导入任务不存在：{task_id}")
+    result = task.get("result") or {}
+    return {**task, "error": task.get("error") or None, "item_name": result.get("item_name"),
+            "chunks": result.get("chunks")}
+
+
+@protected.post("/query", response_model=Answer | StreamStarted,
+                responses={409: {"model": ErrorBody}, 500: {"model": ErrorBody}},
+                summary="提问：is_stream=false 直接返回答案；true 立即返回 session_id，答案经 /api/stream 推送")
+async def query(body: QueryRequest, rt: Runtime):
+    session_id = body.session_id or uuid.uuid4().hex
+    try:
+        channel = rt.runs.start(session_id, body.query, (body.product or "").strip() or None)
+    except SessionBusy:
+        raise HTTPException(409, "该会话的上一个问题还在回答中，请等它结束后再提问。") from None
+    except ServerBusy:
+        raise HTTPException(503, "同时进行的提问太多，请稍后再试。") from None
+    if body.is_stream:
+        return {"session_id": session_id}
+    # shielded: a client that hangs up does not cut the answer (and its history) short
+    await asyncio.shield(channel.task)
+    if channel.result.name == "error":
+        return JSONResponse({**channel.result.data, "session_id": session_id}, status_code=500)
+    return channel.result.data
+
+
+@protected.get("/stream/{session_id}", response_class=StreamingResponse, responses={
+    200: {"content": {"text/event-stream": {}},
+          "description": "事件：ready、progress（done_list / running_list）、delta、final、error；final 或 error 之后关闭"},
+    404: {"model": ErrorBody}}, summary="SSE：一个会话的回答进度与答案")
+async def stream(session_id: SessionId, rt: Runtime):
+    channel = rt.runs.get(session_id)
+    if channel is None:
+        raise HTTPException(404, "该会话没有进行中或最近完成的回答：请先以 is_stream=true 调用 POST /api/query。")
+
+    async def events() -> AsyncIterator[str]:
+        yield sse.encode("ready", {"session_id": session_id})
+        async for event in channel.follow(rt.runs.keepalive_s):
+            yield sse.KEEPALIVE if event is None else sse.encode(event.name, event.data)
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@protected.get("/history/{session_id}", response_model=History, summary="会话历史（从旧到新）")
+def history(session_id: SessionId, limit: Annotated[int, Query(ge=1, le=500)] = 100):
+    messages = _storage(lambda: get_history_store().recent(session_id, limit))
+    return {"session_id": session_id, "messages": messages}
+
+
+@protected.delete("/history/{session_id}", response_model=HistoryDeleted, summary="清空会话历史")
+def delete_history(session_id: SessionId):
+    return {"session_id": session_id, "deleted": _storage(lambda: get_history_store().delete_session(session_id))}
+
+
+@router.get("/health", response_model=Health, responses={503: {"model": Health}},
+            summary="各后端与模型的状态（无需 API 密钥）")
+async def health():
+    report = await health_report(get_settings())
+    return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
+
+
+def _storage(read):
+    try:
+        return read()
+    except StorageError as exc:
+        raise HTTPException(503, exc.message) from exc
+
+
+router.include_router(protected)

@@ -1,0 +1,176 @@
+"""Query runs and their per-session event channels (the SSE side of POST /api/query).
+
+One `QueryRuns` belongs to one app (created by `mount_api`), never to the module, so two apps in
+one process — or two test servers — share nothing. Each session has at most one run at a time;
+its events are kept in a bounded replay buffer so that a client connecting late (or reconnecting)
+still receives everything up to `final`, and finished channels expire after `ttl_s`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+from graphs.query.runner import astream_query
+
+log = logging.getLogger("api.runs")
+
+ANSWER_KEYS = ("session_id", "answer", "branch", "item_names", "candidates", "image_urls", "sources",
+               "done_list", "warnings", "seconds")
+
+
+class SessionBusy(Exception):
+    """The session already has a run in progress."""
+
+
+class ServerBusy(Exception):
+    """Too many runs in progress."""
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    name: str   # progress | delta | final | error
+    data: dict
+
+
+def answer_payload(final: dict) -> dict:
+    """The runner's `final` event -> the API's answer (the `final` SSE event, the non-stream body)."""
+    out = {k: final.get(k) for k in ANSWER_KEYS}
+    for key in ("item_names", "candidates", "image_urls", "sources", "done_list", "warnings"):
+        out[key] = list(out[key] or [])
+    out["answer"] = out["answer"] or ""
+    out["status"] = "completed"
+    return out
+
+
+class Channel:
+    """The events of one run of one session."""
+
+    def __init__(self, session_id: str, max_events: int):
+        self.session_id = session_id
+        self.events: deque[Event] = deque(maxlen=max_events)  # `final` / `error` is always the newest
+        self.done_list: list[str] = []
+        self.running_list: list[str] = []
+        self.result: Event | None = None
+        self.done = False
+        self.finished_at = 0.0
+        self.task: asyncio.Task | None = None
+        self._seq = 0
+        self._wake = asyncio.Event()
+
+    def publish(self, name: str, data: dict) -> None:
+        self._seq += 1
+        event = Event(self._seq, name, data)
+        self.events.append(event)
+        if name in ("final", "error"):
+            self.result = event
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    def close(self) -> None:
+        self.done, self.finished_at = True, time.monotonic()
+        self._wake.set()
+
+    def on_runner_event(self, event: dict) -> None:
+        kind = event.get("type")
+        if kind in ("node_start", "node_end", "node_error"):
+            node = event["node"]
+            if kind == "node_start":
+                self.running_list.append(node)
+            else:
+                self.running_list = [n for n in self.running_list if n != node]
+            progress = {"node": node, "label": event.get("label", "")}
+            if kind == "node_end":
+                self.done_list.append(node)
+                # what the node found (hit lists, rerank scores, skip reasons), for clients that show steps
+                progress.update(status=event.get("status"), summary=event.get("summary"), detail=event.get("detail"))
+            self.publish("progress", {"done_list": list(self.done_list), "running_list": list(self.running_list),
+                                      **progress})
+        elif kind == "delta":
+            self.publish("delta", {"delta": event["delta"]})
+        elif kind == "final":
+            self.publish("final", answer_payload(event))
+        elif kind == "error":
+            self.publish("error", {"error": event.get("error") or "处理问题时出错", "node": event.get("node", "")})
+
+    async def follow(self, keepalive_s: float) -> AsyncIterator[Event | None]:
+        """Every event from the oldest still buffered, then live ones until the run ends.
+        Yields None when nothing happened for `keepalive_s` (the caller sends a keep-alive)."""
+        last = 0
+        while True:
+            for event in [e for e in self.events if e.seq > last]:
+                last = event.seq
+                yield event
+            if self.done:
+                return
+            wake = self._wake  # no await between the check above and this: no wake-up can be missed
+            try:
+                await asyncio.wait_for(wake.wait(), keepalive_s)
+            except TimeoutError:
+                yield None
+
+
+class QueryRuns:
+    """The app's registry of query runs, one channel per session."""
+
+    def __init__(self, *, ttl_s: float = 600.0, max_events: int = 4000, max_channels: int = 2000,
+                 max_active: int = 64, keepalive_s: float = 15.0):
+        self.ttl_s = ttl_s
+        self.keepalive_s = keepalive_s  # silence after which a stream gets a keep-alive comment
+        self.max_events = max_events
+        self.max_channels = max_channels
+        self.max_active = max_active
+        self._channels: dict[str, Channel] = {}
+
+    def active(self) -> int:
+        return sum(1 for c in self._channels.values() if not c.done)
+
+    def get(self, session_id: str) -> Channel | None:
+        self._expire()
+        return self._channels.get(session_id)
+
+    def start(self, session_id: str, query: str, product: str | None) -> Channel:
+        self._expire()
+        current = self._channels.get(session_id)
+        if current is not None and not current.done:
+            raise SessionBusy(session_id)
+        if self.active() >= self.max_active:
+            raise ServerBusy()
+        channel = self._channels[session_id] = Channel(session_id, self.max_events)
+        channel.task = asyncio.create_task(self._run(channel, query, product), name=f"query-{session_id}")
+        return channel
+
+    async def _run(self, channel: Channel, query: str, product: str | None) -> None:
+        try:
+            async for event in astream_query(query, session_id=channel.session_id, product=product):
+                channel.on_runner_event(event)
+        except asyncio.CancelledError:
+            channel.publish("error", {"error": "服务正在关闭，回答已中止", "node": ""})
+            raise
+        except Exception as exc:  # astream_query reports its own failures; this is the last guard
+            log.exception("query run crashed")
+            channel.publish("error", {"error": f"处理问题时出错：{exc}", "node": ""})
+        finally:
+            if channel.result is None:
+                channel.publish("error", {"error": "回答没有正常结束", "node": ""})
+            channel.close()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        finished = sorted((c for c in self._channels.values() if c.done), key=lambda c: c.finished_at)
+        excess = len(self._channels) - self.max_channels
+        for i, channel in enumerate(finished):
+            if i < excess or now - channel.finished_at > self.ttl_s:
+                # only drop the channel if it was not replaced by a newer run meanwhile
+                if self._channels.get(channel.session_id) is channel:
+                    del self._channels[channel.session_id]
+
+    async def aclose(self) -> None:
+        tasks = [c.task for c in self._channels.values() if c.task and not c.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
