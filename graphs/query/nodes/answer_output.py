@@ -9,6 +9,9 @@ from __future__ import annotations
 import logging
 import re
 
+import httpx
+import openai
+
 from graphs.base import emit, graph_node
 from services.chat_model import get_chat_model, messages
 from services.errors import LLMError
@@ -125,6 +128,8 @@ def stream_answer(prompt_user: str, allowed_urls: set[str]) -> str:
             if len(visible) > len(shown) and visible.startswith(shown):
                 emit({"type": "delta", "delta": visible[len(shown):]})
                 shown = visible
+    except (openai.APITimeoutError, httpx.TimeoutException) as exc:
+        raise LLMError(f"回答生成超时：大模型超过 {get_settings().llm_timeout_s:g} 秒没有响应。", cause=exc) from exc
     except Exception as exc:
         raise LLMError(f"回答生成中断：{exc}", cause=exc) from exc
     answer = shown_text(text, allowed_urls)
