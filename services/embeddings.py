@@ -90,6 +90,9 @@ class BgeM3Embedder(Embedder):
             raise ConfigurationError(f"BGE-M3 模型加载失败：{exc}", cause=exc) from exc
         self._batch = batch_size
         self._lock = threading.Lock()
+        # Milvus refuses an all-zero sparse vector; a text whose lexical weights are all zero gets a
+        # token that no query's weights ever hold (FlagEmbedding drops CLS from them): it matches nothing.
+        self._no_terms = {int(self._model.tokenizer.cls_token_id): 1e-6}
         # The dimension is whatever the checkpoint gives (1024 for the real model).
         self.dim = len(self.embed(["维度探测"])[0]["dense"])
 
@@ -107,7 +110,7 @@ class BgeM3Embedder(Embedder):
         dense = np.asarray(out["dense_vecs"], dtype=np.float32)
         dense = dense / np.maximum(np.linalg.norm(dense, axis=1, keepdims=True), 1e-12)
         return [
-            {"dense": [float(x) for x in d], "sparse": sparse_to_dict(s)}
+            {"dense": [float(x) for x in d], "sparse": sparse_to_dict(s) or dict(self._no_terms)}
             for d, s in zip(dense, out["lexical_weights"])
         ]
 

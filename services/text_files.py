@@ -1,16 +1,24 @@
-"""Reading user-supplied text files whatever their encoding (UTF-8, UTF-8 with BOM, GBK...)."""
+"""Reading user-supplied text files whatever their encoding (UTF-8, UTF-8 with BOM, GBK, UTF-16...)."""
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 
 from charset_normalizer import from_bytes
 
 from services.errors import FileProcessingError
 
+# UTF-32 first: its little-endian mark begins with UTF-16's.  Windows Notepad's "Unicode" is UTF-16.
+BOMS = [(codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")]
 
-def decode_bytes(raw: bytes) -> str:
-    if raw.startswith(b"\xef\xbb\xbf"):
-        return raw[3:].decode("utf-8", errors="replace")
+
+def decode_bytes(raw: bytes, name: str = "") -> str:
+    for bom, codec in BOMS:
+        if raw.startswith(bom):
+            return raw.decode(codec, errors="replace")
+    if b"\x00" in raw[:4096]:  # without a byte-order mark, NUL bytes mean binary content
+        raise FileProcessingError(f"文件“{name}”不是文本文件（含有二进制内容）。")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -20,7 +28,7 @@ def decode_bytes(raw: bytes) -> str:
     except UnicodeDecodeError:
         best = from_bytes(raw).best()
         if best is None:
-            raise FileProcessingError("无法识别文件的文字编码，请另存为 UTF-8 后重试。")
+            raise FileProcessingError(f"无法识别文件“{name}”的文字编码，请另存为 UTF-8 后重试。")
         return str(best)
 
 
@@ -29,6 +37,4 @@ def read_text(path: Path) -> str:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise FileProcessingError(f"无法读取文件 {path}：{exc}", cause=exc) from exc
-    if b"\x00" in raw[:4096]:
-        raise FileProcessingError(f"文件“{Path(path).name}”不是文本文件（含有二进制内容）。")
-    return decode_bytes(raw)
+    return decode_bytes(raw, Path(path).name)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from typing import Callable
+
 from pymilvus import (
     AnnSearchRequest, DataType, Function, FunctionType, MilvusClient, RRFRanker, WeightedRanker,
 )
@@ -23,8 +25,10 @@ log = logging.getLogger("services.vector_store")
 logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
 
 MAX_CONTENT_BYTES = 65000  # VARCHAR(65535) is counted in UTF-8 bytes by the server
+INSERT_BATCH = 256  # rows per insert call: keeps each request far below the gRPC message limit
 CHUNK_FIELDS = ["chunk_id", "content", "title", "parent_title", "file_title", "doc_id", "item_name", "part"]
 ANALYZER = {"tokenizer": "jieba"}
+SIGNATURE_PROPERTY = "kb.embedder"  # collection property: which embedder (and dimension) made it
 
 
 def escape_filter_value(value: str) -> str:
@@ -98,14 +102,27 @@ class VectorStore:
                 self._ready = True
             return self._client
 
+    def open(self) -> None:
+        """Connect and check (or create) the collections now, so configuration errors surface early."""
+        _ = self.client
+
     def _signature(self) -> str:
         return json.dumps({"embedder": self.embedder.name, "dim": self.embedder.dim}, sort_keys=True)
 
     def _check_signature(self, client: MilvusClient, name: str) -> None:
-        desc = client.describe_collection(name).get("description", "")
-        if desc and desc != self._signature():
+        """Refuse a collection another embedder made.  Lite 3 drops the schema description, so the
+        signature lives in a collection property, and the schema's dimension and sparse kind are
+        compared as well (they tell models apart on any backend)."""
+        desc = client.describe_collection(name)
+        made_by = (desc.get("properties") or {}).get(SIGNATURE_PROPERTY) or desc.get("description") or ""
+        dense = next((f for f in desc.get("fields", []) if f.get("name") == "dense"), {})
+        dim = int((dense.get("params") or {}).get("dim") or 0)
+        bm25 = bool(desc.get("functions"))
+        if (made_by and made_by != self._signature()) or dim != self.embedder.dim \
+                or bm25 != (self.embedder.sparse_mode == "bm25"):
+            found = made_by or f"{dim} 维稠密向量，稀疏向量{'由 BM25 生成' if bm25 else '由模型生成'}"
             raise ConfigurationError(
-                f"集合 {name} 由另一个向量模型创建（{desc}），当前模型为 {self._signature()}。"
+                f"集合 {name} 由另一个向量模型创建（{found}），当前模型为 {self._signature()}。"
                 "请换一个 DATA_DIR / 集合名，或重新导入全部文档。"
             )
 
@@ -120,6 +137,12 @@ class VectorStore:
     def _sparse_index(self, index) -> None:
         metric = "BM25" if self.embedder.sparse_mode == "bm25" else "IP"
         index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type=metric)
+
+    def _create(self, client: MilvusClient, name: str, schema, index) -> None:
+        client.create_collection(name, schema=schema, properties={SIGNATURE_PROPERTY: self._signature()})
+        # sync=False: pymilvus would poll each index every 0.5 s (2 s per new data dir) although an
+        # empty collection has nothing to build; loading below waits for what matters.
+        client.create_index(name, index, sync=False)
 
     def _ensure_collections(self, client: MilvusClient) -> None:
         bm25 = self.embedder.sparse_mode == "bm25"
@@ -141,7 +164,7 @@ class VectorStore:
             index = client.prepare_index_params()
             index.add_index("dense", index_type="AUTOINDEX", metric_type="COSINE")
             self._sparse_index(index)
-            client.create_collection(self.chunks, schema=schema, index_params=index)
+            self._create(client, self.chunks, schema, index)
         if client.has_collection(self.items):
             self._check_signature(client, self.items)
         else:
@@ -156,7 +179,7 @@ class VectorStore:
             index = client.prepare_index_params()
             index.add_index("dense", index_type="IVF_FLAT", metric_type="COSINE", params={"nlist": 128})
             self._sparse_index(index)
-            client.create_collection(self.items, schema=schema, index_params=index)
+            self._create(client, self.items, schema, index)
         for name in (self.chunks, self.items):
             client.load_collection(name)
 
@@ -170,44 +193,92 @@ class VectorStore:
                 raise MilvusError(f"向量库操作失败（{what}）：{exc}", cause=exc) from exc
 
     # -- writes ---------------------------------------------------------------------------
-    def replace_document(self, doc_id: str, rows: list[dict]) -> list[str]:
-        """Delete the document's old chunks, insert the new ones; return the new chunk ids."""
-        client = self.client
-        self._call("删除旧切片", client.delete, self.chunks, filter=eq_filter("doc_id", doc_id))
-        if not rows:
-            return []
-        data = []
-        for r in rows:
-            row = {k: r[k] for k in ("title", "parent_title", "file_title", "doc_id", "item_name", "part", "dense")}
-            row["content"] = clip_utf8(r["content"], MAX_CONTENT_BYTES)
-            for k in ("title", "parent_title"):
-                row[k] = clip_utf8(row[k], 2000)
-            if self.embedder.sparse_mode == "model":
-                row["sparse"] = r["sparse"]
-            data.append(row)
-        res = self._call("写入切片", client.insert, self.chunks, data)
-        self._call("刷新", client.flush, self.chunks)  # Lite: searches crawl without it
-        return [str(i) for i in res["ids"]]
-
-    def replace_item_name(self, doc_id: str, file_title: str, item_name: str, vector: dict) -> None:
-        client = self.client
-        expr = f"{eq_filter('doc_id', doc_id)} or {eq_filter('item_name', item_name)}"
-        self._call("删除旧商品名", client.delete, self.items, filter=expr)
-        row = {"file_title": file_title, "doc_id": doc_id, "item_name": item_name, "dense": vector["dense"]}
+    def _chunk_row(self, r: dict) -> dict:
+        row = {k: r[k] for k in ("doc_id", "item_name", "part", "dense")}
+        row["content"] = clip_utf8(r["content"], MAX_CONTENT_BYTES)
+        for k in ("title", "parent_title"):
+            row[k] = clip_utf8(r[k], 2000)
+        row["file_title"] = clip_utf8(r["file_title"], 1000)
         if self.embedder.sparse_mode == "model":
-            row["sparse"] = vector["sparse"]
-        self._call("写入商品名", client.insert, self.items, [row])
-        self._call("刷新", client.flush, self.items)
+            row["sparse"] = r["sparse"]
+        return row
+
+    def replace_document(self, doc_id: str, rows: list[dict], item: dict,
+                         progress: Callable[[str], None] | None = None) -> list[str]:
+        """Swap a document's chunks and its product-name row for new ones; return the new chunk ids.
+
+        `item` is {"file_title", "item_name", "dense", "sparse"}.  The new version is written before
+        the old one is removed, and a failed write removes what it wrote, so readers see the old
+        version or the new one, never a part of either; a process killed in between leaves both,
+        which the next import of the document cleans up (it removes every other row of the doc).
+        """
+        client = self.client
+        old_names = self._names_of(doc_id)
+        ids: list[int] = []
+        pk = None
+        try:
+            for start in range(0, len(rows), INSERT_BATCH):
+                batch = [self._chunk_row(r) for r in rows[start:start + INSERT_BATCH]]
+                ids += self._call("写入切片", client.insert, self.chunks, batch)["ids"]
+                if progress:
+                    progress(f"已写入 {len(ids)}/{len(rows)} 个切片")
+            row = {"file_title": clip_utf8(item["file_title"], 1000), "doc_id": doc_id,
+                   "item_name": item["item_name"], "dense": item["dense"]}
+            if self.embedder.sparse_mode == "model":
+                row["sparse"] = item["sparse"]
+            pk = self._call("写入商品名", client.insert, self.items, [row])["ids"][0]
+            stale = eq_filter("doc_id", doc_id) + (f" and chunk_id not in {list(ids)}" if ids else "")
+            self._call("删除旧切片", client.delete, self.chunks, filter=stale)
+            # One row per product name (the seed's rule): older rows of this name go.
+            self._call("删除旧商品名", client.delete, self.items,
+                       filter=f"{eq_filter('item_name', item['item_name'])} and pk != {pk}")
+        except Exception:
+            self._rollback(ids, pk)
+            raise
+        self._prune_names(old_names - {item["item_name"]})
+        self._flush()
+        return [str(i) for i in ids]
+
+    def _rollback(self, ids: list[int], pk: int | None) -> None:
+        """Best effort: remove a half-written new version (the next import removes it otherwise)."""
+        try:
+            if ids:
+                self._call("回滚切片", self.client.delete, self.chunks, filter=f"chunk_id in {list(ids)}")
+            if pk is not None:
+                self._call("回滚商品名", self.client.delete, self.items, filter=f"pk == {pk}")
+            self._flush()
+        except Exception:
+            log.exception("rollback failed; the next import of the document cleans up")
+
+    def _names_of(self, doc_id: str) -> set[str]:
+        """Product names the document's chunks and name rows carry now."""
+        expr = eq_filter("doc_id", doc_id)
+        return ({r["item_name"] for r in self.query(self.chunks, expr, ["item_name"])}
+                | {r["item_name"] for r in self.query(self.items, expr, ["item_name"])})
+
+    def _prune_names(self, names: set[str]) -> None:
+        """Drop the name rows no chunk carries any more: another document may still use a name
+        this one gave up, and its row must stay (no orphans either way)."""
+        unused = [n for n in names if not self.count(self.chunks, eq_filter("item_name", n))]
+        if unused:
+            self._call("删除商品名", self.client.delete, self.items, filter=in_filter("item_name", unused))
+
+    def _flush(self) -> None:
+        for name in (self.chunks, self.items):  # Lite: searches crawl without it
+            self._call("刷新", self.client.flush, name)
 
     def delete_document(self, doc_id: str) -> None:
-        client = self.client
-        self._call("删除文档", client.delete, self.chunks, filter=eq_filter("doc_id", doc_id))
-        self._call("删除文档", client.delete, self.items, filter=eq_filter("doc_id", doc_id))
+        names = self._names_of(doc_id)
+        self._call("删除文档", self.client.delete, self.chunks, filter=eq_filter("doc_id", doc_id))
+        self._prune_names(names)
+        self._flush()
 
     # -- reads ----------------------------------------------------------------------------
     def count(self, collection: str | None = None, expr: str = "") -> int:
         name = collection or self.chunks
-        res = self._call("计数", self.client.query, name, filter=expr, output_fields=["count(*)"])
+        # Strong: a server must count after the writes just made (its default is bounded staleness).
+        res = self._call("计数", self.client.query, name, filter=expr, output_fields=["count(*)"],
+                         consistency_level="Strong")
         return int(res[0]["count(*)"]) if res else 0
 
     def query(self, collection: str, expr: str, fields: list[str], limit: int = 16384) -> list[dict]:

@@ -13,7 +13,9 @@ from typing import Callable
 
 from graphs.importing.graph import build_import_graph
 from services.errors import ImportProcessError
+from services.object_store import get_object_store
 from services.task_store import get_task_store
+from services.vector_store import eq_filter, get_vector_store
 
 log = logging.getLogger("import.runner")
 
@@ -35,6 +37,8 @@ class ImportResult:
     node_seconds: dict = field(default_factory=dict)
     error: str = ""
     failed_node: str = ""
+    doc_id: str = ""                 # the document's stable identity in the vector store
+    doc_key: str = ""                # its folder in the object store and under DATA_DIR/work
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,6 +54,16 @@ def iter_import_files(paths: list[str | Path]) -> list[Path]:
         else:
             found.append(p)
     return found
+
+
+def discard_new_images(result: ImportResult) -> None:
+    """After a failure: the pictures of a document with no stored version go (nothing refers to
+    them); an earlier good version keeps its pictures.  The vector store rolls its own writes back."""
+    try:
+        if not get_vector_store().count(expr=eq_filter("doc_id", result.doc_id)):
+            get_object_store().clear_images(result.doc_key)
+    except Exception as exc:  # the failure is already reported; log what could not be undone
+        log.warning("clean-up after the failed import of %s failed: %s", result.file, exc)
 
 
 def run_import(path: str | Path, *, product: str | None = None, doc_key: str | None = None,
@@ -93,12 +107,15 @@ def run_import(path: str | Path, *, product: str | None = None, doc_key: str | N
     result.seconds = round(time.perf_counter() - started, 3)
     images = final.get("images") or []
     result.item_name = final.get("item_name", "")
+    result.doc_id, result.doc_key = final.get("doc_id", ""), final.get("doc_key", "")
     result.pages = int(final.get("pages") or 0)
     result.images_uploaded = sum(1 for i in images if i["status"] == "uploaded")
     result.missing_images = [i["src"] for i in images if i["status"] == "missing"]
     result.images_missing = len(result.missing_images)
     result.node_seconds = {e["node"]: e["seconds"] for e in final.get("node_log") or []}
     if result.error:
+        if result.images_uploaded:
+            discard_new_images(result)
         tasks.fail(task_id, result.error)
         forward({"type": "import_failed", "error": result.error, "node": result.failed_node})
         return result

@@ -6,8 +6,10 @@ import re
 from pathlib import Path
 
 from graphs.base import graph_node
+from graphs.importing.nodes.item_name import MAX_NAME_CHARS, one_line
 from services.errors import FileProcessingError, StateFieldError, ValidationError
 from services.settings import get_settings
+from services.vector_store import get_vector_store
 
 SUPPORTED = {".pdf": "pdf", ".md": "md", ".markdown": "md"}
 
@@ -23,11 +25,13 @@ def doc_identity(path: Path, doc_key: str | None = None) -> tuple[str, str]:
 
 def validate_file(path: Path, max_mb: int) -> str:
     """The file's type ("pdf" | "md"), or a ValidationError saying in Chinese what is wrong."""
+    if not path.exists():
+        raise FileProcessingError(f"文件不存在：{path}")
+    if not path.is_file():
+        raise ValidationError(f"“{path}”不是文件（是文件夹？请用命令行导入整个文件夹）。")
     kind = SUPPORTED.get(path.suffix.lower())
     if kind is None:
         raise ValidationError(f"不支持的文件类型“{path.suffix or '无扩展名'}”：目前只能导入 PDF 或 Markdown（.md）文件。")
-    if not path.is_file():
-        raise FileProcessingError(f"文件不存在：{path}")
     size = path.stat().st_size
     if size == 0:
         raise ValidationError(f"文件“{path.name}”是空的（0 字节），没有可导入的内容。")
@@ -44,6 +48,11 @@ def node_entry(state: dict) -> dict:
     path = Path(raw)
     settings = get_settings()
     kind = validate_file(path, settings.max_upload_mb)
+    if len(one_line(state.get("product") or "")) > MAX_NAME_CHARS:  # refused before anything is written
+        raise ValidationError(f"指定的商品名太长，请不要超过 {MAX_NAME_CHARS} 个字。")
+    # Load the embedder and open the collections now: a wrong model path or a collection made by
+    # another embedder fails here, before anything is converted or uploaded.
+    get_vector_store(settings).open()
     doc_id, doc_key = doc_identity(path, state.get("doc_key"))
     work_dir = settings.data_dir / "work" / doc_key
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ log = logging.getLogger("import.node_item_name_recognition")
 
 TOP_K = 3
 CONTEXT_LIMIT = 2500
+MAX_NAME_CHARS = 100
 GENERIC_WORDS = re.compile(
     r"(产品)?(简明)?(用户|使用|操作|安装)?(手册|说明书|说明|指南|教程)|快速上手|快速入门|入门|上手|简介|介绍|"
     r"\b(user\s*manual|manual|guide|getting\s*started|get\s*started|quick\s*start|introduction|overview|readme)\b",
@@ -27,6 +28,11 @@ GENERIC_TITLES = {"", "index", "readme", "introduction", "intro", "overview", "q
                   "getting-started", "get-started", "无标题", "目录"}
 VERSION = re.compile(r"(?<![A-Za-z0-9])(v\d+(?:\.\d+)?|\d+(?:\.\d+)?[mg]b?)(?![A-Za-z0-9])", re.IGNORECASE)
 BRAND_BEFORE = r"([A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)?)[\s\u3000]*{name}"
+
+
+def one_line(text: str) -> str:
+    """Milvus filters cannot match CR/LF/tab (they are turned into spaces there): store names so."""
+    return re.sub(r"\s+", " ", text).strip()
 
 
 def clean_name(text: str) -> str:
@@ -80,34 +86,31 @@ def offline_item_name(md_text: str, chunks: list[dict], file_title: str, source:
         token = m.group(1)
         if token.lower() not in name.lower().replace(" ", ""):
             name = f"{name} {token.upper()}"
-    return re.sub(r"\s+", " ", name).strip() or file_title
+    # A title line can be any length; a name must fit the name field.
+    return re.sub(r"\s+", " ", name).strip()[:MAX_NAME_CHARS] or file_title[:MAX_NAME_CHARS]
 
 
 def llm_item_name(chunks: list[dict], file_title: str) -> str:
     llm = get_chat_model()
     if llm is None:
         return ""
-    parts, used = [], 0
-    for i, chunk in enumerate(chunks[:TOP_K], 1):
-        piece = chunk["content"][: CONTEXT_LIMIT - used]
-        if not piece:
-            break
-        parts.append(f"【片段{i}】\n{piece}")
-        used += len(piece)
-    user = load_prompt("item_name_user", file_title=file_title, context="\n\n".join(parts))
+    context = "\n\n".join(f"【片段{i}】\n{c['content']}" for i, c in enumerate(chunks[:TOP_K], 1))
+    user = load_prompt("item_name_user", file_title=file_title, context=context[:CONTEXT_LIMIT])
     try:
         name = invoke_text(llm, load_prompt("item_name_system"), user)
     except Exception as exc:  # the offline guess takes over
         log.warning("LLM item name failed: %s", exc)
         return ""
-    name = re.sub(r"\s+", "", name.strip().strip("“”\"'`")) if re.search(r"[\u4e00-\u9fff]", name) else name.strip()
-    return "" if name in {"", '""', "空字符串"} else name[:100]
+    name = name.strip().strip("“”\"'`")
+    # The seed strips every blank from a Chinese name; any name must stay on one line for filters.
+    name = re.sub(r"\s+", "", name) if re.search(r"[\u4e00-\u9fff]", name) else one_line(name)
+    return "" if name in {"", '""', "空字符串"} else name[:MAX_NAME_CHARS]
 
 
 @graph_node("import", "node_item_name_recognition", "商品名识别")
 def node_item_name_recognition(state: dict) -> dict:
     chunks = state["chunks"]
-    given = re.sub(r"\s+", " ", (state.get("product") or "")).strip()
+    given = one_line(state.get("product") or "")
     if given:
         name, source = given, "user"
     else:

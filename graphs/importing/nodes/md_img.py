@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-from graphs.base import graph_node
+from graphs.base import emit, graph_node
 from services.errors import ImageProcessingError, ValidationError
 from services.object_store import get_object_store
 from services.prompts import load_prompt
@@ -46,21 +46,24 @@ def resolve_image(src: str, md_file: Path) -> Path | None:
     return None
 
 
-def nearest_heading(text: str, pos: int) -> str:
-    heading = ""
-    for m in HEADING.finditer(text, 0, pos):
-        heading = m.group(1)
-    return heading.strip("# ").strip()
+def plain(line: str) -> str:
+    """A Markdown line as bare words: no links' targets, tags or markup characters."""
+    line = re.sub(r"^\s*(?:[-+*]|\d+\.)\s+|\]\([^)]*\)|<[^>]*>|https?://\S+|[-=~:]{3,}", " ", line)
+    return re.sub(r"\s+", " ", re.sub(r"[#>*`|!\[\]()]", " ", line)).strip()
 
 
-def offline_caption(alt: str, text: str, start: int, end: int) -> str:
-    """Without a vision model: the author's alt text, else the nearest heading and context."""
+def offline_caption(alt: str, text: str, start: int) -> str:
+    """Without a vision model: the author's alt text, else the section heading and the sentence
+    that leads to the image (never text from an earlier section or the front matter)."""
     alt = alt.strip()
     if alt and not re.fullmatch(r"[\w.-]*\.(png|jpe?g|gif|webp|svg)|image|img|图片|pic", alt, re.IGNORECASE):
         return alt[:50]
-    heading = nearest_heading(text, start)
-    before = re.sub(r"\s+", " ", re.sub(r"[#>*`|!\[\]()<>]", " ", text[max(0, start - 60):start])).strip()
-    parts = [p for p in (heading, before[-30:]) if p]
+    heading, section_start = "", 0
+    for m in HEADING.finditer(text, 0, start):
+        heading, section_start = plain(m.group(1)), m.end()
+    lead = next((plain(line) for line in reversed(text[section_start:start].splitlines()) if plain(line)), "")
+    lead = [s for s in re.split(r"(?<=[。！？；.!?;])\s*", lead) if s][-1] if lead else ""
+    parts = [p for p in (heading, lead[-30:]) if p]
     return ("插图：" + " - ".join(parts))[:50] if parts else "插图"
 
 
@@ -73,6 +76,16 @@ def find_images(text: str) -> list[tuple[int, int, str, str]]:
     return sorted(found)
 
 
+def has_text(text: str) -> bool:
+    """Whether anything readable is left once image references, HTML tags and Markdown marks go."""
+    pieces, last = [], 0
+    for start, end, _src, _alt in find_images(text):
+        pieces.append(text[last:start])
+        last = max(last, end)
+    pieces.append(text[last:])
+    return bool(re.search(r"\w", re.sub(r"<[^>]*>", " ", "".join(pieces))))
+
+
 def safe_caption(caption: str) -> str:
     return re.sub(r"[\[\]\n\r]+", " ", caption).strip()
 
@@ -82,15 +95,16 @@ def node_md_img(state: dict) -> dict:
     settings = get_settings()
     md_file = Path(state["md_path"])
     text = read_text(md_file)
-    if not text.strip():
-        raise ValidationError(f"文档“{md_file.name}”没有任何文字内容，无法导入。")
+    if not has_text(text):  # checked before any upload, so a refused file leaves nothing behind
+        raise ValidationError(f"文档“{md_file.name}”没有任何文字内容（空白或只有图片），无法导入。")
     store = get_object_store(settings)
     doc_key = state["doc_key"]
     use_model = settings.llm_enabled
     images: list[dict] = []
     replacements: dict[tuple[int, int], str] = {}
     cleared = False
-    for start, end, src, alt in find_images(text):
+    found = find_images(text)
+    for n, (start, end, src, alt) in enumerate(found, 1):
         if re.match(r"^(https?:)?//|^data:", src, re.IGNORECASE):
             images.append({"src": src, "status": "remote", "url": src, "caption": alt})
             replacements[(start, end)] = f"![{safe_caption(alt) or '图片'}]({src})"
@@ -101,6 +115,7 @@ def node_md_img(state: dict) -> dict:
             images.append({"src": src, "status": "missing", "url": "", "caption": alt})
             replacements[(start, end)] = f"（图片缺失：{safe_caption(alt) or src}）"
             continue
+        emit({"type": "node_progress", "node": "node_md_img", "text": f"处理图片 {n}/{len(found)}：{local.name}"})
         if not cleared:  # stale images of an earlier import must never mix with these
             store.clear_images(doc_key)
             cleared = True
@@ -114,7 +129,7 @@ def node_md_img(state: dict) -> dict:
                 caption = caption_image(local, prompt, settings)
             except Exception as exc:  # one bad caption must not fail the import
                 log.warning("caption failed for %s: %s", local.name, exc)
-        caption = safe_caption(caption or offline_caption(alt, text, start, end))
+        caption = safe_caption(caption or offline_caption(alt, text, start))
         url = store.upload_image(doc_key, local)
         images.append({"src": src, "status": "uploaded", "url": url, "caption": caption})
         replacements[(start, end)] = f"![{caption}]({url})"

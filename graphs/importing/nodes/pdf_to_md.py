@@ -1,6 +1,7 @@
 """node_pdf_to_md: PDF -> Markdown (MinerU API when configured, local parser otherwise)."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from graphs.base import emit, graph_node
@@ -14,6 +15,9 @@ def node_pdf_to_md(state: dict) -> dict:
     pdf = Path(state["pdf_path"])
     out_dir = Path(state["work_dir"]) / "pdf"
     settings = get_settings()
+    # A re-import converts afresh: images of an earlier conversion (MinerU names them by hash)
+    # would otherwise pile up in the work folder.
+    shutil.rmtree(out_dir, ignore_errors=True)
 
     def progress(text: str) -> None:
         emit({"type": "node_progress", "node": "node_pdf_to_md", "text": text})
