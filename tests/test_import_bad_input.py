@@ -320,3 +320,20 @@ def test_renamed_product_keeps_a_name_another_document_still_uses(fresh_data, tm
     assert [r["item_name"] for r in name_rows()] == ["苏伯尓电磁炉"]
     store().delete_document(ra.doc_id)
     assert name_rows() == []
+
+
+def test_uploaded_markdown_cannot_publish_files_outside_its_folder(env, tmp_path):
+    """A crafted `../` image link in an upload must not copy a server file into the public store."""
+    from graphs.importing.runner import run_import
+
+    settings = env(DATA_DIR=str(tmp_path / "data"))
+    secret = tmp_path / "data" / "secret.png"
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    secret.write_bytes(b"\x89PNG\r\n\x1a\n not for the public")
+    upload = settings.data_dir / "uploads" / "20261130" / "task1" / "manual.md"
+    upload.parent.mkdir(parents=True)
+    upload.write_text("# 产品 X100\n\n说明文字足够长，用来导入。\n\n![图](../../../secret.png)\n", encoding="utf-8")
+    result = run_import(upload, doc_key="upload:manual.md:abc")
+    assert result.status == "completed", result.error
+    assert result.images_uploaded == 0
+    assert result.missing_images == ["../../../secret.png"]

@@ -28,21 +28,35 @@ TAG_ALT = re.compile(r"\balt\s*=\s*([\"'])(.*?)\1", re.IGNORECASE)
 HEADING = re.compile(r"^\s*#{1,6}\s+(.+)$", re.MULTILINE)
 
 
-def resolve_image(src: str, md_file: Path) -> Path | None:
+def image_root(md_file: Path, uploads_dir: Path) -> Path:
+    """The folder images may come from. An uploaded file may only use its own upload folder, so a
+    crafted `../../` link can never publish a server file; a local import may reach its site root."""
+    md = md_file.resolve()
+    if uploads_dir.resolve() in md.parents:
+        return md.parent
+    return ([md.parent, *md.parent.parents][:6])[-1]
+
+
+def resolve_image(src: str, md_file: Path, root: Path) -> Path | None:
     """Local file for an image reference: relative to the Markdown file, or a site-absolute
     path (`/docs/...`) resolved against the document's own folders (`static/`, `public/`)."""
     clean = unquote(src.split("#")[0].split("?")[0]).strip()
     if not clean:
         return None
+    root = root.resolve()
+
+    def inside(candidate: Path) -> Path | None:
+        candidate = candidate.resolve()
+        return candidate if candidate.is_file() and (candidate.parent == root or root in candidate.parents) else None
+
     if not clean.startswith("/"):
-        candidate = (md_file.parent / clean).resolve()
-        return candidate if candidate.is_file() else None
+        return inside(md_file.parent / clean)
     rel = clean.lstrip("/")
     for folder in [md_file.parent, *md_file.parent.parents][:6]:
         for base in (folder, folder / "static", folder / "public"):
-            candidate = base / rel
-            if candidate.is_file():
-                return candidate.resolve()
+            found = inside(base / rel)
+            if found:
+                return found
     return None
 
 
@@ -103,13 +117,14 @@ def node_md_img(state: dict) -> dict:
     images: list[dict] = []
     replacements: dict[tuple[int, int], str] = {}
     cleared = False
+    root = image_root(md_file, settings.data_dir / "uploads")
     found = find_images(text)
     for n, (start, end, src, alt) in enumerate(found, 1):
         if re.match(r"^(https?:)?//|^data:", src, re.IGNORECASE):
             images.append({"src": src, "status": "remote", "url": src, "caption": alt})
             replacements[(start, end)] = f"![{safe_caption(alt) or '图片'}]({src})"
             continue
-        local = resolve_image(src, md_file)
+        local = resolve_image(src, md_file, root)
         if local is None or local.suffix.lower() not in IMAGE_SUFFIXES:
             log.warning("image not found: %s (in %s)", src, md_file)
             images.append({"src": src, "status": "missing", "url": "", "caption": alt})
