@@ -97,18 +97,40 @@ def pdf_to_markdown(pdf_path: Path, out_dir: Path, settings: Settings | None = N
 
 # --- local backend ---------------------------------------------------------------------------
 
+RULED_MIN_LINES = 4  # a ruled table needs a few horizontal / vertical strokes
+
+
+def _ruled_lines(page) -> int:
+    return sum(1 for drawing in page.get_drawings() for item in drawing["items"] if item[0] in ("l", "re"))
+
+
 def _local(pdf_path: Path, out_dir: Path, md_path: Path) -> None:
     images = out_dir / "images"
     images.mkdir(exist_ok=True)
     # Image files are named "{filename}-{page}-{n}.jpg"; a link-safe stem keeps the Markdown links valid
     safe_stem = re.sub(r"[^\w.-]+", "-", pdf_path.stem)
     try:
-        # The legacy (non-layout) engine, called directly: 4-6 pages/s on 2 cores, needs neither the
-        # process-wide pymupdf.layout switch nor OCR, and marks headings by font size as `#`.
-        md = pymupdf_rag.to_markdown(str(pdf_path), write_images=True, image_path=str(images),
-                                     image_format="jpg", filename=safe_stem, show_progress=False)
+        doc = pymupdf.open(str(pdf_path))
+        # Table detection is three quarters of the parse time (measured: 4.0 vs 15.7 pages/s on a
+        # 102-page manual) and finds nothing on pages without ruling lines, so only ruled pages get it.
+        ruled = [i for i, page in enumerate(doc) if _ruled_lines(page) >= RULED_MIN_LINES]
+        plain = [i for i in range(doc.page_count) if i not in set(ruled)]
+        headers = pymupdf_rag.IdentifyHeaders(doc)  # one heading scale for both groups of pages
+        pages: dict[int, str] = {}
+        for group, strategy in ((ruled, "lines_strict"), (plain, None)):
+            if not group:
+                continue
+            # The legacy (non-layout) engine, called directly: needs neither the process-wide
+            # pymupdf.layout switch nor OCR, and marks headings by font size as `#`.
+            for chunk in pymupdf_rag.to_markdown(
+                doc, pages=group, hdr_info=headers, page_chunks=True, table_strategy=strategy,
+                write_images=True, image_path=str(images), image_format="jpg", filename=safe_stem,
+                show_progress=False,
+            ):
+                pages[chunk["metadata"]["page"]] = chunk["text"]
     except Exception as exc:
         raise _fail(f"本地 PDF 解析失败：{exc}", exc) from exc
+    md = "\n".join(pages[k] for k in sorted(pages))
     md = md.replace(f"]({images.as_posix()}/", "](images/")
     md_path.write_text(md, encoding="utf-8")
 

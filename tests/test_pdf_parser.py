@@ -48,6 +48,30 @@ def test_local_btt_manual(pdf, tmp_path, local_settings):
     assert page_count(pdf) == len(pymupdf.open(pdf))
 
 
+def test_ruled_table_page_keeps_its_table_while_plain_pages_skip_detection(tmp_path, local_settings):
+    """Table detection runs only where ruling lines exist; such a table still comes out as a table."""
+    doc = pymupdf.open()
+    plain = doc.new_page()
+    plain.insert_text((72, 72), "Plain page without any table", fontsize=12)
+    page = doc.new_page()
+    page.insert_text((72, 60), "Spec table", fontsize=14)
+    rows, cols, x0, y0, w, h = 3, 2, 72, 80, 150, 24
+    for r in range(rows + 1):
+        page.draw_line((x0, y0 + r * h), (x0 + cols * w, y0 + r * h))
+    for c in range(cols + 1):
+        page.draw_line((x0 + c * w, y0), (x0 + c * w, y0 + rows * h))
+    cells = [["Voltage", "12-24V"], ["MCU", "STM32G0B1"], ["Driver", "TMC2209"]]
+    for r, row in enumerate(cells):
+        for c, text in enumerate(row):
+            page.insert_text((x0 + c * w + 6, y0 + r * h + 16), text, fontsize=11)
+    pdf = tmp_path / "table.pdf"
+    doc.save(pdf)
+    assert pdf_parser._ruled_lines(doc[0]) < pdf_parser.RULED_MIN_LINES <= pdf_parser._ruled_lines(doc[1])
+    md = pdf_to_markdown(pdf, tmp_path / "out", local_settings).read_text(encoding="utf-8")
+    assert md.index("Plain page") < md.index("Spec table")
+    assert re.search(r"^\|MCU\|[^\n]*STM32G0B1\|$", md, re.MULTILINE), md
+
+
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
