@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import Callable
 
 from pymilvus import (
@@ -24,6 +25,7 @@ log = logging.getLogger("services.vector_store")
 # Milvus Lite's in-process gRPC server logs an unimplemented AllocTimestamp call on connect.
 logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
 
+ITEM_NAMES_TTL_S = 5.0
 MAX_CONTENT_BYTES = 65000  # VARCHAR(65535) is counted in UTF-8 bytes by the server
 INSERT_BATCH = 256  # rows per insert call: keeps each request far below the gRPC message limit
 CHUNK_FIELDS = ["chunk_id", "content", "title", "parent_title", "file_title", "doc_id", "item_name", "part"]
@@ -80,6 +82,7 @@ class VectorStore:
         self._lock = threading.RLock()  # Lite is one file per process; keep calls serial
         self._client: MilvusClient | None = None
         self._ready = False
+        self._names: tuple[float, list[dict]] | None = None  # (read at, rows) of kb_item_names
 
     @property
     def backend(self) -> str:
@@ -266,6 +269,7 @@ class VectorStore:
     def _flush(self) -> None:
         for name in (self.chunks, self.items):  # Lite: searches crawl without it
             self._call("刷新", self.client.flush, name)
+        self._names = None
 
     def delete_document(self, doc_id: str) -> None:
         names = self._names_of(doc_id)
@@ -285,8 +289,15 @@ class VectorStore:
         return self._call("查询", self.client.query, collection, filter=expr, output_fields=fields, limit=limit)
 
     def item_names(self) -> list[dict]:
+        """Every product row, sorted. Read on every question, so kept for a few seconds (writes of
+        this process drop it at once; another process's import shows within the TTL)."""
+        cached = self._names
+        if cached and time.monotonic() - cached[0] < ITEM_NAMES_TTL_S:
+            return list(cached[1])
         rows = self.query(self.items, "pk >= 0", ["item_name", "file_title", "doc_id"])
-        return sorted(rows, key=lambda r: r["item_name"])
+        rows = sorted(rows, key=lambda r: r["item_name"])
+        self._names = (time.monotonic(), rows)
+        return list(rows)
 
     def _requests(self, vec: dict, text: str, expr: str, limit: int) -> list[AnnSearchRequest]:
         dense = AnnSearchRequest(data=[vec["dense"]], anns_field="dense",
