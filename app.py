@@ -1,0 +1,135 @@
+"""掌柜智库 web UI: Chainlit events in, the import and query graphs do the work.
+
+Run with `chainlit run app.py` (scripts/start.sh). Per-session state lives in cl.user_session only.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import chainlit as cl
+from chainlit.config import config
+from chainlit.data import get_data_layer
+from chainlit.server import app as chainlit_app
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from api import mount_api
+from services.object_store import IMAGES_PREFIX, LOCAL_URL_PREFIX, local_images_root
+from services.settings import get_settings
+from services.task_store import get_task_store
+from services.vector_store import get_vector_store
+from ui import attachments, chat
+from ui.auth import check_password, configured_users, ensure_auth_secret
+from ui.data_layer import HistoryDataLayer
+
+log = logging.getLogger("app")
+
+EXAMPLE_QUESTIONS = [
+    ("怎么导入说明书", "怎么把产品说明书导入知识库？"),
+    ("开发板烧录", "Milk-V Duo 怎么烧录系统镜像？"),
+    ("主板接线", "SKR MINI E3 V3.0 的风扇接口在哪里？"),
+]
+MAX_STARTERS = 4
+
+settings = get_settings()
+ensure_auth_secret(settings.data_dir)  # before Chainlit checks for it, right after loading this module
+USERS, DEFAULT_LOGIN = configured_users()
+if DEFAULT_LOGIN:
+    print("⚠️  未设置 AUTH_USERS：使用本地默认账号 admin / admin，仅供本机试用；"
+          "对外提供服务前请在 .env 中设置 AUTH_USERS=用户名:密码", flush=True)
+# The upload cap follows MAX_UPLOAD_MB, in the browser and on the server.
+config.features.spontaneous_file_upload.max_size_mb = settings.max_upload_mb
+
+# Chainlit's catch-all GET route shadows routes added after it: the image route goes first.
+images_root = local_images_root(settings)
+images_root.mkdir(parents=True, exist_ok=True)
+chainlit_app.router.routes.insert(0, Mount(f"{LOCAL_URL_PREFIX}/{IMAGES_PREFIX}",
+                                           app=StaticFiles(directory=images_root), name="kb-images"))
+mount_api(chainlit_app)
+
+
+@cl.on_app_startup
+def mark_interrupted_imports() -> None:
+    try:
+        count = get_task_store().mark_interrupted()
+        if count:
+            log.warning("%d 个导入任务在上次退出时未完成，已标记为失败", count)
+    except Exception as exc:  # the chat works without the task store
+        log.warning("无法检查未完成的导入任务：%s", exc)
+
+
+@cl.data_layer
+def data_layer() -> HistoryDataLayer:
+    return HistoryDataLayer()
+
+
+@cl.password_auth_callback
+def login(username: str, password: str) -> cl.User | None:
+    if check_password(USERS, username, password):
+        return cl.User(identifier=username.strip(), metadata={"provider": "credentials"})
+    return None
+
+
+def product_names() -> list[str]:
+    return list(dict.fromkeys(r["item_name"] for r in get_vector_store().item_names()))
+
+
+@cl.set_starters
+async def starters(user: cl.User | None = None) -> list[cl.Starter]:
+    try:
+        products = await asyncio.to_thread(product_names)
+    except Exception as exc:  # an unreachable store must not block the welcome screen
+        log.warning("读取商品列表失败：%s", exc)
+        products = []
+    if products:
+        return [cl.Starter(label=f"{p} 快速上手", message=f"{p} 怎么开始使用？需要准备什么？")
+                for p in products[:MAX_STARTERS]]
+    return [cl.Starter(label=label, message=message) for label, message in EXAMPLE_QUESTIONS]
+
+
+@cl.on_chat_start
+async def start() -> None:
+    cl.user_session.set("session_id", cl.context.session.thread_id)
+    await chat.settings_widgets(chat.chat_settings()).send()
+
+
+@cl.on_chat_resume
+async def resume(thread: dict) -> None:
+    # the thread id is the query graph's session id: follow-ups ("它") see this conversation's history
+    cl.user_session.set("session_id", thread["id"])
+    await chat.settings_widgets(chat.chat_settings()).send()
+
+
+@cl.on_message
+async def on_message(message: cl.Message) -> None:
+    files = attachments.attached_files(message)
+    text = (message.content or "").strip()
+    if files:
+        imports = attachments.start_imports(files)
+        if text:
+            asyncio.create_task(attachments.answer_after_imports(imports, text))
+        elif len(cl.chat_context.get()) == 1 and (layer := get_data_layer()):
+            # a thread opened by files alone would have no name in the sidebar; the event refreshes it
+            name = "导入：" + "、".join(f.name for f in files)
+            await layer.update_thread(cl.context.session.thread_id, name=name)
+            await cl.context.emitter.emit("first_interaction",
+                                          {"interaction": name, "thread_id": cl.context.session.thread_id})
+        return
+    if not text:
+        return
+    choice = chat.typed_choice(text)
+    if choice:
+        await chat.answer(choice[1], product=choice[0])
+    else:
+        await chat.answer(text)
+
+
+@cl.action_callback(chat.CHOOSE_PRODUCT)
+async def on_choose_product(action: cl.Action) -> None:
+    await chat.choose_product(action)
+
+
+@cl.action_callback(attachments.RENAME_PRODUCT)
+async def on_rename_product(action: cl.Action) -> None:
+    await attachments.rename_product(action)

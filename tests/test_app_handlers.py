@@ -1,0 +1,600 @@
+"""The Chainlit handlers of app.py, awaited directly under a Chainlit context with a capturing emitter.
+
+Everything below the UI is real: the query and import graphs, Milvus Lite, the history database
+(also behind the data layer), the local object store and the app's own image route.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pymupdf
+import pytest
+from chainlit.chat_context import chat_context
+from chainlit.config import config
+from chainlit.context import ChainlitContext, context_var, local_steps
+from chainlit.emitter import BaseChainlitEmitter
+from chainlit.session import HTTPSession
+from chainlit.types import Feedback, Pagination, ThreadFilter
+from chainlit.user import User
+
+import app
+import chainlit as cl
+from conftest import CORPUS_DOCS
+from graphs.importing.runner import run_import
+from query_fixtures import model, web  # noqa: F401  (fixtures)
+from services.errors import StorageError
+from services.history_store import get_history_store
+from services.settings import get_settings
+from services.task_store import get_task_store
+from services.vector_store import get_vector_store
+from ui.auth import check_password, configured_users, ensure_auth_secret, parse_users
+from ui.data_layer import HistoryDataLayer
+
+DUO, DUO256M, DUOS = CORPUS_DOCS[0], CORPUS_DOCS[1], CORPUS_DOCS[2]
+PICTURE = DUO.parent / "static" / "docs" / "duo" / "duo-v1.2.png"
+QUERY_LABELS = {"产品确认", "向量检索", "HyDE 检索", "联网搜索", "RRF 融合", "精排", "生成回答"}
+WAIT_S = 120
+
+
+class CaptureEmitter(BaseChainlitEmitter):
+    """Records what the UI would receive; answers AskUserMessage from a script."""
+
+    def __init__(self, session, replies=()):
+        super().__init__(session)
+        self.events: list[tuple[float, str, dict]] = []
+        self.replies = list(replies)
+
+    def record(self, name: str, data) -> None:
+        self.events.append((time.perf_counter(), name, dict(data) if isinstance(data, dict) else data))
+
+    async def emit(self, event, data):
+        self.record(event, data)
+
+    async def send_step(self, step_dict):
+        self.record("new_message", step_dict)
+
+    async def update_step(self, step_dict):
+        self.record("update_message", step_dict)
+
+    async def stream_start(self, step_dict):
+        self.record("stream_start", step_dict)
+
+    async def send_token(self, id, token, is_sequence=False, is_input=False):
+        self.record("stream_token", {"id": id, "token": token})
+
+    async def send_element(self, element_dict):
+        self.record("element", element_dict)
+
+    def set_chat_settings(self, settings):
+        self.session.chat_settings = settings
+
+    async def send_ask_user(self, step_dict, spec, raise_on_timeout=False):
+        self.record("ask", step_dict)
+        return self.replies.pop(0) if self.replies else None
+
+
+class Session:
+    """One browser tab: a Chainlit session whose handlers run in their own task (own context)."""
+
+    def __init__(self, thread_id: str | None = None, replies=()):
+        self.session = HTTPSession(id=str(uuid.uuid4()), client_type="webapp", thread_id=thread_id,
+                                   user=User(identifier="tester"))
+        self.emitter = CaptureEmitter(self.session, replies)
+        self.thread_id = self.session.thread_id
+
+    async def run(self, fn, *args):
+        async def inside():
+            context_var.set(ChainlitContext(self.session, self.emitter))
+            local_steps.set(None)
+            return await fn(*args)
+        return await asyncio.create_task(inside())
+
+    async def start(self):
+        await self.run(config.code.on_chat_start)
+
+    async def send(self, text: str, files: list[Path] = ()):
+        async def send():
+            elements = [cl.File(name=f.name, path=str(f), mime="application/octet-stream") for f in files]
+            message = cl.Message(content=text, author="tester", type="user_message", elements=elements)
+            chat_context.add(message)  # as Chainlit's emitter does with an incoming message
+            await config.code.on_message(message)
+        await self.run(send)
+
+    async def click(self, action: dict):
+        callback = config.code.action_callbacks[action["name"]]
+        await self.run(callback, cl.Action(**{k: action[k] for k in ("name", "payload", "label", "id", "forId")}))
+
+    # -- what the UI shows ------------------------------------------------------------------
+    def steps(self) -> dict[str, dict]:
+        """Latest state of every step/message, in the order they first appeared."""
+        latest: dict[str, dict] = {}
+        for _, name, data in self.emitter.events:
+            if name in ("new_message", "update_message", "stream_start"):
+                latest[data["id"]] = {**latest.get(data["id"], {}), **data}
+        return latest
+
+    def node_steps(self) -> list[dict]:
+        return [s for s in self.steps().values() if s["name"] in QUERY_LABELS and s["type"] != "assistant_message"]
+
+    def replies(self) -> list[dict]:
+        return [s for s in self.steps().values() if s["type"] == "assistant_message"]
+
+    def actions(self, name: str) -> list[dict]:
+        removed = {d["id"] for _, n, d in self.emitter.events if n == "remove_action"}
+        return [d for _, n, d in self.emitter.events if n == "action" and d["name"] == name and d["id"] not in removed]
+
+    def elements(self, for_id: str) -> list[dict]:
+        return [d for _, n, d in self.emitter.events if n == "element" and d.get("forId") == for_id]
+
+    def tokens(self, message_id: str) -> list[str]:
+        return [d["token"] for _, n, d in self.emitter.events if n == "stream_token" and d["id"] == message_id]
+
+    async def wait_for(self, predicate, timeout: float = WAIT_S):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out; last replies: {[r.get('output', '')[:200] for r in self.replies()]}"
+            await asyncio.sleep(0.05)
+
+    def import_messages(self) -> list[dict]:
+        return [r for r in self.replies() if "《" in r.get("output", "")]
+
+    async def wait_imports(self, n: int = 1) -> list[dict]:
+        def done():
+            finished = [m for m in self.import_messages() if m["output"].startswith(("✅", "❌"))]
+            return len(finished) >= n
+        await self.wait_for(done)
+        return self.import_messages()
+
+
+@pytest.fixture()
+def own_data(env, tmp_path):
+    """A data dir of its own, for tests that import or break things."""
+    return env(DATA_DIR=str(tmp_path / "data"))
+
+
+def answer_of(s: Session) -> dict:
+    return s.replies()[-1]
+
+
+# -- asking ---------------------------------------------------------------------------------
+async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_of):
+    s = Session()
+    await s.start()
+    assert s.session.chat_settings == {"web_search": True, "hyde": True, "show_sources": True}
+    await s.send("Milk-V Duo 的 GPIO 引脚分配是怎样的？")
+
+    steps = s.node_steps()
+    names = [st["name"] for st in steps]
+    assert sorted(names) == sorted(QUERY_LABELS), names  # each node that ran, once
+    assert {st["name"]: st["type"] for st in steps} == {
+        "产品确认": "tool", "向量检索": "retrieval", "HyDE 检索": "retrieval", "联网搜索": "tool",
+        "RRF 融合": "retrieval", "精排": "rerank", "生成回答": "llm"}
+    run = next(st for st in s.steps().values() if st["name"] == "on_message")
+    assert {st["parentId"] for st in steps} == {run["id"]}  # siblings, the three recalls included
+    by_name = {st["name"]: st["output"] for st in steps}
+    assert f"已确认：{product_of['duo']}" in by_name["产品确认"]
+    assert "| # | 标题 | 产品 | 分数 |" in by_name["向量检索"] and product_of["duo"] in by_name["向量检索"]
+    assert by_name["HyDE 检索"].startswith("⏭️ 已跳过：未配置大模型")
+    assert by_name["联网搜索"].startswith("⏭️ 已跳过：") and "未配置" in by_name["联网搜索"]
+    assert "评分器" in by_name["精排"] and "截断位置：第" in by_name["精排"]
+    assert all(st.get("end") for st in steps)
+
+    reply = answer_of(s)
+    assert reply["parentId"] == run["id"]
+    assert s.tokens(reply["id"]) or any(n == "stream_start" and d["id"] == reply["id"] for _, n, d in s.emitter.events)
+    assert "**来源**：[1] " in reply["output"]
+    elements = s.elements(reply["id"])
+    images = [e for e in elements if e["type"] == "image"]
+    texts = [e for e in elements if e["type"] == "text"]
+    assert images and all(e["url"].startswith("/kb-files/upload-images/") and e["display"] == "inline" for e in images)
+    assert texts and all(e["display"] == "side" and e["name"] in reply["output"] for e in texts)
+    assert sorted(t["name"].split("]")[0] for t in texts)[0] == "[1"
+
+    # the pictures load from the app's own image route, inserted before Chainlit's catch-all
+    transport = httpx.ASGITransport(app=app.chainlit_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        for image in images:
+            res = await client.get(image["url"])
+            assert res.status_code == 200 and res.headers["content-type"].startswith("image/"), image["url"]
+        assert (await client.get("/kb-files/upload-images/no-such-doc/none.png")).status_code == 404
+
+
+async def test_model_answer_streams_token_by_token_with_web_sources(model, web, product_of):
+    question = "Milk-V Duo S 怎么烧录系统镜像？"
+    model.on_answer(question, "根据说明书，先下载镜像 [1]，再用烧录工具写入 SD 卡 [2]。")
+    web.set_pages({"Duo S": [{"title": "Duo S 烧录教程", "url": "https://example.com/duos",
+                              "snippet": "Duo S 烧录系统镜像的步骤：下载镜像，写入 SD 卡。"}]})
+    s = Session()
+    await s.start()
+    await s.send(question)
+    outputs = {st["name"]: st["output"] for st in s.node_steps()}
+    assert "假设文档" in outputs["HyDE 检索"] and not outputs["HyDE 检索"].startswith("⏭️")
+    assert "[Duo S 烧录教程](https://example.com/duos)" in outputs["联网搜索"]
+    reply = answer_of(s)
+    tokens = s.tokens(reply["id"])
+    assert len(tokens) > 5  # streamed piece by piece as the model wrote it
+    assert reply["output"].startswith("根据说明书，先下载镜像 [1]，再用烧录工具写入 SD 卡 [2]。")
+    web_sources = [line for line in reply["output"].split("　") if "example.com" in line]
+    assert web_sources and "[Duo S 烧录教程](https://example.com/duos)" in web_sources[0]  # links out
+    assert not [e for e in s.elements(reply["id"]) if "烧录教程" in e["name"]]  # no side panel for web pages
+    assert all(e["name"] in reply["output"] for e in s.elements(reply["id"]) if e["type"] == "text")
+
+
+async def test_a_failing_node_is_marked_and_the_reply_says_so(product_of, monkeypatch):
+    from services.errors import MilvusError
+
+    def broken(*args, **kwargs):
+        raise MilvusError("向量库连接中断（测试注入）")
+    monkeypatch.setattr("graphs.query.nodes.search_embedding.search_chunks", broken)
+    s = Session()
+    await s.start()
+    await s.send("Milk-V Duo 怎么烧录系统镜像？")
+    failed = next(st for st in s.node_steps() if st["name"] == "向量检索")
+    assert failed["isError"] and failed["output"].startswith("❌ 出错：") and "测试注入" in failed["output"]
+    reply = answer_of(s)
+    assert reply["output"].startswith("❌ 抱歉，这次没能回答：") and "测试注入" in reply["output"]
+
+
+async def test_hidden_sources_and_switched_off_branches(corpus_results):
+    s = Session()
+    await s.start()
+    s.session.chat_settings.update(web_search=False, hyde=False, show_sources=False)
+    await s.send("Milk-V Duo 怎么烧录系统镜像？")
+    outputs = {st["name"]: st["output"] for st in s.node_steps()}
+    assert outputs["联网搜索"].startswith("⏭️ 已跳过：已在设置中关闭联网搜索")
+    assert outputs["HyDE 检索"].startswith("⏭️ 已跳过：已在设置中关闭 HyDE")
+    reply = answer_of(s)
+    assert "来源" not in reply["output"]
+    assert not [e for e in s.elements(reply["id"]) if e["type"] == "text"]
+
+
+async def test_ambiguous_question_buttons_pin_the_product(product_of):
+    s = Session()
+    await s.start()
+    question = "Milk-V 的开发板怎么烧录系统？"
+    await s.send(question)
+    assert [st["name"] for st in s.node_steps()] == ["产品确认", "生成回答"]
+    clarification = answer_of(s)
+    buttons = s.actions("choose_product")
+    twins = {product_of["duo"], product_of["duo256m"], product_of["duos"]}
+    assert {b["label"] for b in buttons} == twins
+    assert all(b["forId"] == clarification["id"] and b["payload"]["question"] == question for b in buttons)
+    assert "您问的是哪一款产品" in clarification["output"]
+
+    chosen = next(b for b in buttons if b["label"] == product_of["duos"])
+    before = len(s.node_steps())
+    await s.click(chosen)
+    assert s.actions("choose_product") == []  # every button of that message is gone
+    new_steps = s.node_steps()[before:]
+    confirm = next(st for st in new_steps if st["name"] == "产品确认")["output"]
+    assert f"已确认：{product_of['duos']}" in confirm and "判定方式：`pinned`" in confirm
+    assert len(new_steps) == 7
+    assert product_of["duos"] in answer_of(s)["output"]
+    recent = get_history_store().recent(s.thread_id, 2)
+    assert recent[-1]["item_names"] == [product_of["duos"]]
+
+
+async def test_typing_a_candidate_instead_of_clicking(product_of):
+    s = Session()
+    await s.start()
+    await s.send("Milk-V 的开发板怎么烧录系统？")
+    before = len(s.node_steps())
+    await s.send("Duo256M")
+    confirm = next(st for st in s.node_steps()[before:] if st["name"] == "产品确认")["output"]
+    assert f"已确认：{product_of['duo256m']}" in confirm and "判定方式：`pinned`" in confirm
+    assert "烧录" in confirm  # the original question was answered, not the bare model name
+
+
+async def test_unknown_product_is_refused_with_what_the_kb_covers(product_of):
+    s = Session()
+    await s.start()
+    await s.send("小米电饭煲怎么预约煮饭？")
+    refusal = answer_of(s)
+    assert refusal["output"].startswith("抱歉，知识库中没有找到与您的问题相关的产品资料")
+    labels = [b["label"] for b in s.actions("choose_product")]
+    assert labels and set(labels) <= set(product_of.values()) and len(labels) <= 8
+
+
+async def test_starters_follow_the_knowledge_base(product_of, own_data):
+    empty = await config.code.set_starters(None)
+    assert [st.label for st in empty] == [label for label, _ in app.EXAMPLE_QUESTIONS]
+    run_import(DUOS)
+    filled = await config.code.set_starters(None)
+    assert [st.label for st in filled] == [f"{product_of['duos']} 快速上手"]
+
+
+# -- attachments ----------------------------------------------------------------------------
+async def test_unsupported_too_big_and_empty_files_are_refused(own_data, tmp_path, env):
+    env(MAX_UPLOAD_MB=1)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("不是说明书", encoding="utf-8")
+    empty = tmp_path / "empty.md"
+    empty.write_bytes(b"")
+    big = tmp_path / "big.md"
+    big.write_text("# 大文件\n\n" + "很长的说明。" * 200_000, encoding="utf-8")
+    s = Session()
+    await s.start()
+    await s.send("", [notes, empty, big])
+    messages = {m["output"].split("》")[0]: m["output"] for m in await s.wait_imports(3)}
+    assert "不支持的文件类型“.txt”" in messages["❌ 《notes.txt"]
+    assert "是空的（0 字节）" in messages["❌ 《empty.md"]
+    assert "超过了 1 MB 的上限" in messages["❌ 《big.md"]
+    assert not list((get_settings().data_dir / "uploads").rglob("*.*"))  # nothing kept
+    assert get_vector_store().count() == 0
+    # a thread opened by files alone gets a name for the sidebar
+    named = [d for _, n, d in s.emitter.events if n == "first_interaction"]
+    assert named == [{"interaction": "导入：notes.txt、empty.md、big.md", "thread_id": s.thread_id}]
+    thread = await HistoryDataLayer().get_thread(s.thread_id)
+    assert thread and thread["name"] == "导入：notes.txt、empty.md、big.md"
+
+
+async def test_import_then_question_and_rename(own_data, product_of):
+    s = Session(replies=[{"output": "我的 Duo 开发板"}])
+    await s.start()
+    await s.send("Duo256M 的 CPU 是什么？", [DUO256M])
+    progress = (await s.wait_imports(1))[0]
+    assert progress["output"].startswith("✅ 《duo256m.md》导入完成")
+    assert f"商品名：**{product_of['duo256m']}**" in progress["output"]
+    assert "切片：" in progress["output"] and "用时：" in progress["output"]
+    updates = [d["output"] for _, n, d in s.emitter.events if n == "update_message" and d["id"] == progress["id"]]
+    assert any(u.startswith("⏳") and "⏳ 向量化" in u for u in updates)  # updated at each node
+    assert any("✅ 检查文件" in u for u in updates)
+    # the question waited for its attachment
+    await s.wait_for(lambda: any(st["name"] == "生成回答" and st.get("end") for st in s.node_steps()))
+    await s.wait_for(lambda: "来源" in answer_of(s)["output"])
+    confirm = next(st for st in s.node_steps() if st["name"] == "产品确认")
+    assert f"已确认：{product_of['duo256m']}" in confirm["output"]
+    imported_at = min(t for t, n, d in s.emitter.events
+                      if n == "update_message" and d["id"] == progress["id"] and d["output"].startswith("✅"))
+    asked_at = min(t for t, n, d in s.emitter.events if n == "new_message" and d["id"] == confirm["id"])
+    assert asked_at > imported_at
+    staged = list((get_settings().data_dir / "uploads").rglob("duo256m.md"))
+    assert len(staged) == 1 and staged[0].parent.parent.name == time.strftime("%Y%m%d")
+
+    store = get_vector_store()
+    chunks = store.count()
+    rename = s.actions("rename_product")
+    assert len(rename) == 1 and set(rename[0]["payload"]) == {"upload"}  # no path leaves the server
+    await s.click(rename[0])
+    assert any(n == "ask" and "正确商品名" in d["output"] for _, n, d in s.emitter.events)
+    second = (await s.wait_imports(2))[-1]
+    assert "商品名：**我的 Duo 开发板**" in second["output"]
+    names = {r["item_name"] for r in store.item_names()}
+    assert names == {"我的 Duo 开发板"}  # replaced itself, no copy under the old name
+    assert store.count() == chunks
+
+    # the same file uploaded again replaces itself too
+    await s.send("", [DUO256M])
+    await s.wait_imports(3)
+    assert store.count() == chunks and len(store.item_names()) == 1
+
+
+def manual_pdf(path: Path) -> Path:
+    """A one-page PDF manual with a picture, so that a failed import has pictures to leave behind."""
+    doc = pymupdf.open()
+    page = doc.new_page()
+    page.insert_text((72, 72), "Milk-V Duo Test Manual", fontsize=20)
+    page.insert_textbox(pymupdf.Rect(72, 100, 520, 200), "CV1800B chip, 64MB memory, USB-C power.", fontsize=12)
+    page.insert_image(pymupdf.Rect(72, 220, 400, 500), filename=str(PICTURE))
+    doc.save(path)
+    return path
+
+
+async def test_failed_import_leaves_nothing(own_data, monkeypatch, tmp_path):
+    from services.errors import MilvusError
+    from services.vector_store import VectorStore
+
+    original = VectorStore._call
+
+    def failing(self, what, fn, *args, **kwargs):  # the product-name row, after the chunks went in
+        if what == "写入商品名":
+            raise MilvusError("写入商品名失败（测试注入）")
+        return original(self, what, fn, *args, **kwargs)
+    monkeypatch.setattr(VectorStore, "_call", failing)
+    s = Session()
+    await s.start()
+    await s.send("", [manual_pdf(tmp_path / "测试手册.pdf")])
+    failed = (await s.wait_imports(1))[0]
+    assert failed["output"].startswith("❌ 《测试手册.pdf》导入失败：") and "测试注入" in failed["output"]
+    assert "✅ 图片处理　图片 1 张已上传" in failed["output"]  # it got as far as storing a picture
+    assert "这份文件没有写入知识库" in failed["output"]
+    assert not s.actions("rename_product")
+    store = get_vector_store()
+    assert store.count() == 0 and store.item_names() == []  # the chunks written before the failure are gone
+    images = get_settings().data_dir / "objects"
+    assert not [p for p in images.rglob("*") if p.is_file() and "upload-images" in p.parts]
+
+
+async def test_rename_needs_a_known_upload_and_a_name(own_data):
+    s = Session(replies=[None])  # the person let the question time out
+    await s.start()
+    await s.send("", [DUOS])
+    await s.wait_imports(1)
+    button = s.actions("rename_product")[0]
+    await s.click(button)
+    assert answer_of(s)["output"] == "没有收到新的商品名，保持原样。"
+    assert s.actions("rename_product") == [button]  # still there to try again
+    await s.click({**button, "payload": {"upload": "no-such-upload"}})
+    assert answer_of(s)["output"].startswith("找不到这次上传的文件")
+
+
+async def test_an_import_that_crashes_still_ends_its_message(own_data, monkeypatch):
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr("ui.attachments.stage_attachment", disk_full)
+    s = Session()
+    await s.start()
+    await s.send("", [DUOS])
+    message = (await s.wait_imports(1))[0]
+    assert message["output"].startswith("❌ 《duos.md》导入失败：导入出错：") and "No space left" in message["output"]
+
+
+async def test_two_sessions_while_an_import_runs(own_data, product_of):
+    run_import(DUOS)
+    a, b = Session(), Session()
+    await asyncio.gather(a.start(), b.start())
+    upload = asyncio.create_task(a.send("", [DUO]))
+    await a.wait_for(lambda: any("⏳ " in m["output"].split("\n", 2)[-1] for m in a.import_messages()))
+    asked_at = time.perf_counter()
+    await b.send("Duo S 的 USB 接口有什么用？")
+    await upload
+    done = (await a.wait_imports(1))[0]
+    assert done["output"].startswith("✅ 《duo.md》导入完成")
+    a_done_at = max(t for t, n, d in a.emitter.events if isinstance(d, dict) and d.get("id") == done["id"])
+    b_steps_at = [t for t, n, d in b.emitter.events if n == "new_message" and d.get("name") in QUERY_LABELS]
+    assert min(b_steps_at) < a_done_at and asked_at < a_done_at  # the chat answered during the import
+
+    assert not a.node_steps() and not [m for m in b.replies() if "《" in m["output"]]  # no cross-talk
+    assert all(d["threadId"] == a.thread_id for _, n, d in a.emitter.events if n in ("new_message", "update_message"))
+    assert all(d["threadId"] == b.thread_id for _, n, d in b.emitter.events if n in ("new_message", "update_message"))
+    assert f"已确认：{product_of['duos']}" in next(st["output"] for st in b.node_steps() if st["name"] == "产品确认")
+    assert len([st for st in b.node_steps()]) == 7
+
+
+async def test_resumed_thread_answers_a_follow_up_with_it(product_of):
+    first = Session()
+    await first.start()
+    await first.send("Milk-V Duo S 怎么烧录系统镜像？")
+    later = Session(thread_id=first.thread_id)  # a new connection to the same thread
+    thread = {"id": first.thread_id, "name": "旧对话", "steps": [], "metadata": {}}
+    await later.run(config.code.on_chat_resume, thread)
+    assert any(n == "chat_settings" for _, n, _ in later.emitter.events)
+    await later.send("它有几个 USB 接口？")
+    confirm = next(st["output"] for st in later.node_steps() if st["name"] == "产品确认")
+    assert f"已确认：{product_of['duos']}" in confirm and "判定方式：`history`" in confirm
+
+
+def test_upload_settings_take_manuals_only_up_to_the_cap():
+    """Chainlit checks uploads against .chainlit/config.toml before a handler sees them."""
+    from chainlit.server import validate_file_upload
+    from starlette.datastructures import Headers, UploadFile
+
+    cap = get_settings().max_upload_mb
+    assert config.features.spontaneous_file_upload.max_size_mb == cap
+
+    def upload(name: str, mime: str, size: int = 10) -> UploadFile:
+        return UploadFile(io.BytesIO(b"x"), filename=name, size=size, headers=Headers({"content-type": mime}))
+    for name, mime in [("a.md", "text/markdown"), ("a.md", "application/octet-stream"),
+                       ("a.PDF", "application/pdf"), ("a.markdown", "text/x-markdown")]:
+        validate_file_upload(upload(name, mime))
+    for name, mime in [("a.txt", "text/plain"), ("a.exe", "application/octet-stream"),
+                       ("a.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document")]:
+        with pytest.raises(ValueError, match="File type not allowed"):
+            validate_file_upload(upload(name, mime))
+    with pytest.raises(ValueError, match="File size too large"):
+        validate_file_upload(upload("a.pdf", "application/pdf", size=cap * 1024 * 1024 + 1))
+
+
+# -- start-up -------------------------------------------------------------------------------
+async def test_startup_marks_imports_a_dead_process_left(own_data):
+    tasks = get_task_store()
+    tasks.create("left-running", "duo.md")
+    tasks.start("left-running")
+    tasks.create("finished", "duos.md")
+    tasks.complete("finished", {"chunks": 1})
+    await config.code.on_app_startup()
+    assert tasks.get("left-running")["status"] == "failed" and "进程中断" in tasks.get("left-running")["error"]
+    assert tasks.get("finished")["status"] == "completed"
+
+
+async def test_startup_survives_an_unavailable_task_store(monkeypatch, caplog):
+    def unavailable():
+        raise StorageError("标记中断的导入任务失败（测试注入）")
+    monkeypatch.setattr(app, "get_task_store", unavailable)
+    await config.code.on_app_startup()
+    assert "无法检查未完成的导入任务" in caplog.text and "测试注入" in caplog.text
+
+
+# -- login ----------------------------------------------------------------------------------
+async def test_password_login(env, tmp_path):
+    login = config.code.password_auth_callback
+    assert (await login("admin", "admin")).identifier == "admin"  # the documented local default
+    assert await login("admin", "wrong") is None
+    assert parse_users("alice:s3cret, bob:pa:ss ,broken,:x") == {"alice": "s3cret", "bob": "pa:ss"}
+    env(AUTH_USERS="alice:s3cret")
+    users, default = configured_users()
+    assert users == {"alice": "s3cret"} and not default
+    assert check_password(users, "alice", "s3cret") and not check_password(users, "admin", "admin")
+    assert not check_password(users, "nobody", "")
+
+
+def test_auth_secret_is_generated_once_and_kept(env, monkeypatch, tmp_path):
+    monkeypatch.delenv("CHAINLIT_AUTH_SECRET", raising=False)
+    first = ensure_auth_secret(tmp_path)
+    assert len(first) > 40 and (tmp_path / ".chainlit_secret").read_text() == first
+    monkeypatch.delenv("CHAINLIT_AUTH_SECRET")
+    assert ensure_auth_secret(tmp_path) == first  # a restart keeps logins valid
+    monkeypatch.setenv("CHAINLIT_AUTH_SECRET", "from-env")
+    assert ensure_auth_secret(tmp_path / "other") == "from-env"
+    assert not (tmp_path / "other").exists()
+
+
+# -- the data layer -------------------------------------------------------------------------
+async def test_data_layer_threads_steps_feedback(own_data):
+    await Session().run(data_layer_round_trip)  # Chainlit's write queue looks at the session
+
+
+async def data_layer_round_trip():
+    layer = HistoryDataLayer()
+    user = await layer.create_user(User(identifier="alice", metadata={"provider": "credentials"}))
+    assert (await layer.get_user("alice")).id == user.id
+    assert (await layer.create_user(User(identifier="alice"))).id == user.id  # stable id
+    assert await layer.get_user("nobody") is None
+
+    threads = [str(uuid.uuid4()) for _ in range(3)]
+    for i, tid in enumerate(threads):
+        await layer.update_thread(tid, name=f"对话 {i}", user_id=user.id, metadata={"session_id": tid})
+        await asyncio.sleep(0.002)
+    await layer.update_thread(threads[0], metadata={"chat_settings": {"hyde": False}})
+    step = {"id": "s1", "threadId": threads[0], "type": "assistant_message", "name": "掌柜智库",
+            "output": "旧", "createdAt": "2026-01-01T00:00:01Z", "metadata": {}}
+    # an update overtaking its create keeps the newer content
+    await layer.update_step({**step, "output": "新"})
+    await layer.create_step(step)
+    await layer.create_step({**step, "id": "s0", "type": "user_message", "output": "问题",
+                             "createdAt": "2026-01-01T00:00:00Z"})
+    feedback_id = await layer.upsert_feedback(Feedback(forId="s1", threadId=threads[0], value=1, comment="好"))
+
+    text = cl.Text(name="[1] 标题", content="**文件**：x", display="side", for_id="s1", thread_id=threads[0])
+    await layer.create_element(text)
+
+    thread = await layer.get_thread(threads[0])
+    assert thread["userIdentifier"] == "alice" and thread["name"] == "对话 0"
+    assert thread["metadata"] == {"session_id": threads[0], "chat_settings": {"hyde": False}}
+    assert [s["output"] for s in thread["steps"]] == ["问题", "新"]
+    assert thread["steps"][1]["feedback"]["value"] == 1 and thread["steps"][1]["feedback"]["id"] == feedback_id
+    element = thread["elements"][0]
+    assert element["url"].startswith("data:text/plain;charset=utf-8;base64,") and "content" not in element
+    assert (await layer.get_element(threads[0], text.id))["name"] == "[1] 标题"
+    assert await layer.get_thread_author(threads[0]) == "alice"
+
+    page = await layer.list_threads(Pagination(first=2), ThreadFilter(userId=user.id))
+    assert [t["id"] for t in page.data] == [threads[2], threads[1]] and page.pageInfo.hasNextPage
+    rest = await layer.list_threads(Pagination(first=2, cursor=page.pageInfo.endCursor), ThreadFilter(userId=user.id))
+    assert [t["id"] for t in rest.data] == [threads[0]] and not rest.pageInfo.hasNextPage
+    rated = await layer.list_threads(Pagination(first=10), ThreadFilter(userId=user.id, feedback=1))
+    assert [t["id"] for t in rated.data] == [threads[0]]
+    found = await layer.list_threads(Pagination(first=10), ThreadFilter(userId=user.id, search="对话 1"))
+    assert [t["id"] for t in found.data] == [threads[1]]
+    assert (await layer.list_threads(Pagination(first=10), ThreadFilter(userId="someone-else"))).data == []
+
+    await layer.update_thread(threads[1], name="改过的名字")  # rename from the sidebar
+    assert (await layer.get_thread(threads[1]))["name"] == "改过的名字"
+    assert await layer.delete_feedback(feedback_id)
+    assert "feedback" not in (await layer.get_thread(threads[0]))["steps"][1]
+
+    await layer.set_step_favorite({**step, "output": "新"}, True)
+    assert [s["id"] for s in await layer.get_favorite_steps(user.id)] == ["s1"]
+
+    history = get_history_store()
+    history.add_message(threads[0], "user", "问题")
+    await layer.delete_thread(threads[0])
+    assert await layer.get_thread(threads[0]) is None
+    assert history.recent(threads[0], 5) == []  # the query graph's history of the thread goes too
+    await layer.delete_thread(str(uuid.uuid4()))  # unknown thread: nothing to do, no error
+    await layer.delete_step("s0")

@@ -1,0 +1,192 @@
+"""A person in a real browser: headless Chromium (Debian's, driven by Playwright) against the running app.
+
+Upload a manual and watch it import; ask and see one step per node, the streamed answer and a
+picture that loads; pick a product from the buttons; get refused for a wrong file type; come back
+to the earlier conversation from the sidebar and follow up with "它". Screenshots: artifacts/browser/.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from playwright.async_api import async_playwright, expect
+
+from app_fixtures import ROOT, running_app  # noqa: F401  (fixture)
+from conftest import CORPUS_DOCS
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = ROOT / "artifacts" / "browser"
+NODE_LABELS = {"产品确认", "向量检索", "HyDE 检索", "联网搜索", "RRF 融合", "精排", "生成回答"}
+NODE_STEPS = '.step:not([data-step-type$="_message"])'
+REPLIES = '.step[data-step-type="assistant_message"]'
+FIRST_STEP_TARGET_MS = 300
+WAIT_MS = 90_000
+expect.set_options(timeout=WAIT_MS)
+
+# Sends the typed question and resolves with the milliseconds until a new node step is in the page.
+SEND_AND_TIME_FIRST_STEP = """(selector) => new Promise((resolve) => {
+  const before = document.querySelectorAll(selector).length;
+  const started = performance.now();
+  const observer = new MutationObserver(() => {
+    if (document.querySelectorAll(selector).length > before) {
+      observer.disconnect();
+      resolve(performance.now() - started);
+    }
+  });
+  observer.observe(document.body, {childList: true, subtree: true});
+  document.querySelector('#chat-submit').click();
+})"""
+IMAGES_LOADED = """(selector) => {
+  const images = [...document.querySelectorAll(selector)];
+  return images.length > 0 && images.every((img) => img.complete && img.naturalWidth > 0);
+}"""
+
+
+class Frames:
+    """Socket.IO events the page received: (event name, step id), in order."""
+
+    def __init__(self):
+        self.events: list[tuple[str, str]] = []
+        self.step_names: dict[str, str] = {}
+
+    def attach(self, ws) -> None:
+        ws.on("framereceived", self.on_frame)
+
+    def on_frame(self, payload) -> None:
+        if isinstance(payload, str) and payload.startswith("42"):
+            name, *args = json.loads(payload[2:])
+            data = args[0] if args and isinstance(args[0], dict) else {}
+            self.events.append((name, data.get("id", "")))
+            if data.get("name"):
+                self.step_names[data.get("id", "")] = data["name"]
+
+    def id_of(self, step_name: str) -> str:
+        return next(step_id for step_id, name in self.step_names.items() if name == step_name)
+
+
+async def shot(page, name: str) -> None:
+    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)
+
+
+async def node_step_names(page) -> list[str]:
+    texts = await page.locator(NODE_STEPS).all_inner_texts()
+    return [next((label for label in NODE_LABELS if label in text), text) for text in texts]
+
+
+async def ask(page, question: str) -> float:
+    await page.fill("#chat-input", question)
+    await expect(page.locator("#chat-submit")).to_be_enabled()
+    return await page.evaluate(SEND_AND_TIME_FIRST_STEP, NODE_STEPS)
+
+
+async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
+    assert CHROMIUM.exists(), "Chromium is missing: run scripts/install_system_deps.sh"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    frames = Frames()
+    first_step_ms: list[float] = []
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 1366, "height": 900}, locale="zh-CN")
+        page.set_default_timeout(WAIT_MS)
+        page.on("websocket", frames.attach)
+        try:
+            # -- login with the documented local default; starters list the products in the KB
+            await page.goto(running_app.url)
+            await page.fill("#email", "admin")
+            await page.fill("#password", "admin")
+            await page.click("button[type=submit]")
+            await expect(page.locator("#chat-input")).to_be_visible()
+            await expect(page.get_by_text("Milk-V Duo S 快速上手")).to_be_visible()
+            await expect(page.locator("#chat-settings-open-modal")).to_be_visible()  # the session is up
+            await shot(page, "01-welcome")
+
+            # -- drop a manual into the chat and wait for its import
+            await page.set_input_files("#upload-button-input", str(CORPUS_DOCS[0]))
+            await expect(page.locator("#attachments")).to_contain_text("duo.md")
+            await expect(page.locator("#chat-submit")).to_be_enabled()  # uploaded
+            await page.click("#chat-submit")
+            done = page.locator(REPLIES).filter(has_text="《duo.md》导入完成")
+            await expect(done).to_be_visible()
+            await expect(done).to_contain_text("商品名：Milk-V Duo")
+            await expect(done.get_by_role("button", name="修改商品名")).to_be_visible()
+            await shot(page, "02-imported")
+
+            # -- ask about it: a step per node, the answer streamed in, its pictures loaded
+            first_step_ms.append(await ask(page, "Milk-V Duo 的 GPIO 引脚分配是怎样的？"))
+            answer = page.locator(REPLIES).filter(has_text="来源").last
+            await expect(answer).to_be_visible()
+            assert sorted(await node_step_names(page)) == sorted(NODE_LABELS)
+            answer_id = (await answer.locator('[id^="step-"]').first.get_attribute("id")).removeprefix("step-")
+            mine = [name for name, step_id in frames.events if step_id == answer_id]
+            final = max(i for i, name in enumerate(mine) if name in ("new_message", "update_message"))
+            assert "stream_start" in mine and mine.index("stream_start") < final  # streamed, then completed
+            confirm_shown = frames.events.index(("new_message", frames.id_of("产品确认")))
+            assert confirm_shown < frames.events.index(("stream_start", answer_id))  # steps live, not afterwards
+            pictures = 'img[src*="/kb-files/upload-images/"]'
+            await page.wait_for_function(IMAGES_LOADED, arg=pictures, timeout=WAIT_MS)
+            await answer.locator(pictures).first.scroll_into_view_if_needed()
+            await shot(page, "03-answer-with-picture")
+            rerank = page.locator(NODE_STEPS).filter(has_text="精排")
+            await rerank.get_by_role("button").first.click()  # open the collapsed step
+            await expect(rerank).to_contain_text("评分器：offline:use-m3+lexical")  # shown as written
+            await expect(rerank).to_contain_text("截断位置：第")
+            await rerank.scroll_into_view_if_needed()
+            await shot(page, "03b-rerank-step")
+
+            # -- an ambiguous question between near-twins: pick one with a button
+            steps_before = await page.locator(NODE_STEPS).count()
+            first_step_ms.append(await ask(page, "Milk-V 的开发板怎么烧录系统？"))
+            duo_s = page.get_by_role("button", name="Milk-V Duo S", exact=True)
+            await expect(duo_s).to_be_visible()
+            for twin in ("Milk-V Duo", "Milk-V Duo256M"):
+                await expect(page.get_by_role("button", name=twin, exact=True)).to_be_visible()
+            assert await page.locator(NODE_STEPS).count() == steps_before + 2  # 产品确认, 生成回答
+            await shot(page, "04-candidates")
+            await duo_s.click()
+            chosen = page.locator(REPLIES).filter(has_text="（Milk-V Duo S）").filter(has_text="来源")
+            await expect(chosen).to_be_visible()
+            await expect(duo_s).to_have_count(0)  # the buttons are gone
+            assert await page.locator(NODE_STEPS).count() == steps_before + 2 + len(NODE_LABELS)
+            await shot(page, "05-chosen-product")
+
+            # -- a file the knowledge base cannot take
+            notes = tmp_path / "购物清单.txt"
+            notes.write_text("牛奶、鸡蛋", encoding="utf-8")
+            await page.set_input_files("#upload-button-input", str(notes))
+            await expect(page.get_by_text("不支持的文件类型")).to_be_visible()
+            await shot(page, "06-unsupported-file")
+
+            # -- come back later: a fresh page, the earlier thread from the sidebar, a follow-up with "它"
+            await expect(page.get_by_text("导入：duo.md", exact=True)).to_be_visible()  # listed without a reload
+            await page.goto(running_app.url)
+            earlier = page.get_by_text("导入：duo.md", exact=True)
+            await expect(earlier).to_be_visible()
+            await earlier.click()
+            await page.wait_for_url("**/thread/**")
+            await expect(page.locator(REPLIES).filter(has_text="《duo.md》导入完成")).to_be_visible()
+            await expect(page.locator(REPLIES).filter(has_text="（Milk-V Duo S）").first).to_be_visible()
+            await shot(page, "07-resumed-thread")
+            replies_before = await page.locator(REPLIES).count()
+            first_step_ms.append(await ask(page, "它有几个 USB 接口？"))
+            follow_up = page.locator(REPLIES).nth(replies_before)
+            await expect(follow_up).to_contain_text("来源")
+            await expect(follow_up).to_contain_text("（Milk-V Duo S）")
+            await shot(page, "08-follow-up-with-it")
+        except Exception:
+            await shot(page, "99-failure")
+            print(running_app.log_tail())
+            raise
+        finally:
+            await browser.close()
+    # Reported, not asserted: on this shared 2-core machine the number follows the load of other work.
+    report = {"first_step_ms": [round(ms) for ms in first_step_ms], "median_ms": round(statistics.median(first_step_ms)),
+              "target_ms": FIRST_STEP_TARGET_MS}
+    (ARTIFACTS / "first_step_latency.json").write_text(json.dumps(report), encoding="utf-8")
+    print(f"\nfirst step visible after sending: {', '.join(f'{ms:.0f} ms' for ms in first_step_ms)} "
+          f"(median {report['median_ms']} ms, target ≤ {FIRST_STEP_TARGET_MS} ms)")

@@ -1,0 +1,116 @@
+"""Manuals attached to chat messages: imported in the background, one progress message per file."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from pathlib import Path
+
+import chainlit as cl
+
+from api.uploads import UploadRejected
+from graphs.importing.runner import run_import
+from services.errors import ImportProcessError
+from services.settings import get_settings
+from ui.chat import answer
+from ui.format import ImportProgress
+from ui.uploads import StagedUpload, stage_attachment
+
+log = logging.getLogger("ui.attachments")
+
+RENAME_PRODUCT = "rename_product"
+RENAME_TIMEOUT_S = 300
+
+
+def attached_files(message: cl.Message) -> list:
+    """The uploaded files of a message (elements with a path on disk)."""
+    return [e for e in message.elements or [] if getattr(e, "path", None)]
+
+
+def remember(staged: StagedUpload) -> str:
+    """Keep the staged file in this session; the button carries only an opaque id, never a path."""
+    uploads = cl.user_session.get("uploads") or {}
+    upload_id = uuid.uuid4().hex
+    uploads[upload_id] = {"name": staged.name, "path": str(staged.path), "task_id": staged.task_id,
+                          "doc_key": staged.doc_key}
+    cl.user_session.set("uploads", uploads)
+    return upload_id
+
+
+async def run_with_progress(staged: StagedUpload, task_id: str, product: str | None,
+                            progress: ImportProgress, message: cl.Message):
+    """run_import in a worker thread; its events come back to this loop and update the message."""
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue = asyncio.Queue()
+
+    def on_event(event: dict) -> None:  # called in the worker thread
+        loop.call_soon_threadsafe(events.put_nowait, event)
+
+    job = asyncio.ensure_future(asyncio.to_thread(
+        run_import, staged.path, product=product, doc_key=staged.doc_key, task_id=task_id,
+        on_event=on_event))
+    job.add_done_callback(lambda _: events.put_nowait(None))  # after every event the thread sent
+    while (event := await events.get()) is not None:
+        if event["type"] in ("node_start", "node_end", "node_error"):  # one update per node, not per picture
+            progress.apply(event)
+            message.content = progress.render_running()
+            await message.update()
+    return job.result()
+
+
+async def import_file(name: str, src: Path | None = None, *, staged: StagedUpload | None = None,
+                      product: str | None = None) -> None:
+    """Import one uploaded file, keeping its progress message up to date."""
+    progress = ImportProgress(name)
+    message = cl.Message(content=f"⏳ 正在导入《{name}》……")
+    await message.send()
+    try:
+        if staged is None:
+            staged = await asyncio.to_thread(stage_attachment, src, name, get_settings())
+            task_id = staged.task_id
+        else:  # importing the same file again (another product name): a task of its own
+            task_id = uuid.uuid4().hex
+        result = await run_with_progress(staged, task_id, product, progress, message)
+    except (UploadRejected, ImportProcessError) as exc:  # refused before the graph ran: type, size, empty
+        message.content = f"❌ 《{name}》无法导入：{exc.message}"
+        await message.update()
+        return
+    except Exception as exc:  # a disk or library failure must still end the progress message
+        log.exception("import of %s crashed", name)
+        message.content = progress.render_failed(f"导入出错：{exc}")
+        await message.update()
+        return
+    if result.status != "completed":
+        message.content = progress.render_failed(result.error)
+        await message.update()
+        return
+    message.content = progress.render_done(result.to_dict())
+    message.actions = [cl.Action(name=RENAME_PRODUCT, payload={"upload": remember(staged)}, label="修改商品名",
+                                 tooltip="商品名识别错了？输入正确的名称后重新导入", icon="pencil")]
+    await message.update()
+
+
+def start_imports(files: list) -> list[asyncio.Task]:
+    """One background task per file, so the chat stays usable while they import."""
+    return [asyncio.create_task(import_file(f.name, Path(f.path))) for f in files]
+
+
+async def answer_after_imports(imports: list[asyncio.Task], question: str) -> None:
+    await asyncio.gather(*imports, return_exceptions=True)
+    await answer(question)
+
+
+async def rename_product(action: cl.Action) -> None:
+    """Ask for the right product name, then import the same file again under it (replacing itself)."""
+    info = (cl.user_session.get("uploads") or {}).get(str(action.payload.get("upload") or ""))
+    if not isinstance(info, dict):
+        await cl.Message(content="找不到这次上传的文件（会话可能已过期），请重新上传说明书。").send()
+        return
+    reply = await cl.AskUserMessage(content=f"请输入《{info['name']}》的正确商品名：", timeout=RENAME_TIMEOUT_S).send()
+    product = " ".join(str((reply or {}).get("output") or "").split())
+    if not product:
+        await cl.Message(content="没有收到新的商品名，保持原样。").send()
+        return
+    await action.remove()
+    staged = StagedUpload(name=info["name"], path=Path(info["path"]), task_id=info["task_id"], doc_key=info["doc_key"])
+    await import_file(info["name"], staged=staged, product=product)

@@ -1,0 +1,145 @@
+"""Answering in the chat: query-graph events become Chainlit steps, a streamed reply and its elements."""
+from __future__ import annotations
+
+import chainlit as cl
+from chainlit.context import context
+from chainlit.input_widget import Switch
+from chainlit.utils import utc_now
+
+from graphs.query.product_match import rank_products
+from graphs.query.runner import astream_query
+from ui.format import STEP_TYPES, source_name, source_text, sources_line, step_output
+
+CHOOSE_PRODUCT = "choose_product"
+MAX_PRODUCT_BUTTONS = 8
+DEFAULT_SETTINGS = {"web_search": True, "hyde": True, "show_sources": True}
+
+
+def session_id() -> str:
+    """The query graph's session id: the Chainlit thread id, so a resumed thread keeps its history."""
+    return cl.user_session.get("session_id") or context.session.thread_id
+
+
+def chat_settings() -> dict:
+    return {**DEFAULT_SETTINGS, **(cl.user_session.get("chat_settings") or {})}
+
+
+def settings_widgets(values: dict) -> cl.ChatSettings:
+    return cl.ChatSettings([
+        Switch(id="web_search", label="联网搜索", initial=bool(values["web_search"]),
+               description="同时检索网页（需要配置 MCP 联网搜索服务）"),
+        Switch(id="hyde", label="HyDE 检索", initial=bool(values["hyde"]),
+               description="先让大模型写一段假设答案再检索（需要配置大模型）"),
+        Switch(id="show_sources", label="显示来源", initial=bool(values["show_sources"]),
+               description="在回答下方列出引用的说明书片段"),
+    ])
+
+
+def product_actions(products: list[str], question: str) -> list[cl.Action]:
+    return [cl.Action(name=CHOOSE_PRODUCT, payload={"product": p, "question": question}, label=p,
+                      tooltip=f"按“{p}”回答：{question}", icon="package")
+            for p in products[:MAX_PRODUCT_BUTTONS]]
+
+
+def typed_choice(text: str) -> tuple[str, str] | None:
+    """After a clarification, a reply that names exactly one candidate answers the original question."""
+    pending = cl.user_session.get("pending_choice")
+    cl.user_session.set("pending_choice", None)
+    if not isinstance(pending, dict) or not pending.get("candidates"):
+        return None
+    full = [m.name for m in rank_products(text, list(pending["candidates"])) if m.kind == "full"]
+    return (full[0], pending["question"]) if len(full) == 1 else None
+
+
+class AnswerView:
+    """One question's rendering: a step per node (siblings under the current run), a streamed reply."""
+
+    def __init__(self, show_sources: bool):
+        self.show_sources = show_sources
+        current = context.current_step
+        self.parent_id = current.id if current else None
+        self.steps: dict[str, cl.Step] = {}
+        self.message: cl.Message | None = None
+        self.sent = False  # streamed tokens end with send(), a sent message changes with update()
+
+    async def show(self, message: cl.Message) -> None:
+        if self.sent:
+            await message.update()
+        else:
+            await message.send()
+            self.sent = True
+
+    async def on_event(self, event: dict) -> None:
+        kind = event["type"]
+        if kind == "node_start":
+            step = cl.Step(name=event["label"], type=STEP_TYPES.get(event["node"], "tool"),
+                           parent_id=self.parent_id, show_input=False)
+            step.start = utc_now()
+            self.steps[event["node"]] = step
+            await step.send()
+        elif kind in ("node_end", "node_error"):
+            step = self.steps.get(event["node"])
+            if step is None:
+                return
+            step.output = step_output(event)
+            step.is_error = kind == "node_error"
+            step.end = utc_now()
+            await step.update()
+        elif kind == "delta":
+            self.message = self.message or cl.Message(content="", parent_id=self.parent_id)
+            await self.message.stream_token(event["delta"])
+        elif kind == "final":
+            await self.finish(event)
+        elif kind == "error":
+            message = self.message = self.message or cl.Message(content="", parent_id=self.parent_id)
+            message.content = f"❌ 抱歉，这次没能回答：{event.get('error', '')}\n\n请稍后重试，或换个问法。"
+            await self.show(message)
+
+    async def finish(self, final: dict) -> None:
+        message = self.message = self.message or cl.Message(content="", parent_id=self.parent_id)
+        parts = [final.get("answer") or ""]
+        elements: list = []
+        if final.get("branch") in ("ask", "refuse"):
+            message.actions = product_actions(final.get("candidates") or [], final.get("original_query") or "")
+            if final.get("branch") == "ask":
+                cl.user_session.set("pending_choice", {"question": final.get("original_query") or "",
+                                                       "candidates": list(final.get("candidates") or [])})
+        else:
+            elements += [cl.Image(url=url, name=f"插图 {i}", display="inline", size="large")
+                         for i, url in enumerate(final.get("image_urls") or [], 1)]
+            sources = final.get("sources") or []
+            if self.show_sources and sources:
+                parts.append(sources_line(sources))
+                elements += [cl.Text(name=source_name(s), content=source_text(s), display="side")
+                             for s in sources if s.get("source") != "web"]
+        parts += [f"> ⚠️ {w}" for w in final.get("warnings") or []]
+        message.content = "\n\n".join(p for p in parts if p)
+        message.elements = elements
+        await self.show(message)
+        if message.actions:
+            actions = cl.user_session.get("product_actions") or {}
+            actions[message.id] = message.actions
+            cl.user_session.set("product_actions", actions)
+
+
+async def answer(question: str, product: str | None = None) -> None:
+    """Run the query graph for one question of this session, showing it as it runs."""
+    settings = chat_settings()
+    view = AnswerView(bool(settings["show_sources"]))
+    async for event in astream_query(question, session_id=session_id(), product=product,
+                                     options={"web_search": bool(settings["web_search"]),
+                                              "hyde": bool(settings["hyde"])}):
+        await view.on_event(event)
+
+
+async def choose_product(action: cl.Action) -> None:
+    """A candidate button: drop every button of that message, then answer the original question pinned."""
+    actions = cl.user_session.get("product_actions") or {}
+    for button in actions.pop(action.forId, None) or [action]:
+        await button.remove()
+    cl.user_session.set("product_actions", actions)
+    cl.user_session.set("pending_choice", None)
+    product = str(action.payload.get("product") or "")
+    question = str(action.payload.get("question") or "")
+    await cl.Message(content=f"好的，按“{product}”回答：{question}").send()
+    await answer(question, product=product)

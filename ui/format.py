@@ -1,0 +1,157 @@
+"""Chinese Markdown for what the UI shows: one step per graph node, one progress message per import.
+
+Pure functions of the graph events, so they are tested without Chainlit.
+"""
+from __future__ import annotations
+
+import re
+
+# Step type per query node (Chainlit / Literal step types).
+STEP_TYPES = {
+    "node_item_name_confirm": "tool",
+    "node_search_embedding": "retrieval",
+    "node_search_embedding_hyde": "retrieval",
+    "node_web_search_mcp": "tool",
+    "node_rrf": "retrieval",
+    "node_rerank": "rerank",
+    "node_answer_output": "llm",
+}
+BRANCH_NAMES = {"confirmed": "已确认产品", "ask": "需要用户选择产品", "refuse": "知识库中没有相关产品"}
+HIT_ROWS = 10
+SOURCE_NAME_CHARS = 40
+
+
+DIRECTIVE = re.compile(r":(?=[A-Za-z])")
+
+
+def plain(text: str) -> str:
+    """Text shown as written: the UI's Markdown would hide `:name` as a directive (`offline:use-m3`)."""
+    return DIRECTIVE.sub(r"\\:", text)
+
+
+def cell(value) -> str:
+    """A table cell that cannot break the table."""
+    return plain(str(value if value is not None else "").replace("|", "\\|").replace("\n", " ").strip())
+
+
+def hits_table(hits: list[dict]) -> str:
+    rows = ["| # | 标题 | 产品 | 分数 |", "|---|---|---|---|"]
+    rows += [f"| {i} | {cell(h.get('title')) or '（无标题）'} | {cell(h.get('item_name'))} | {float(h.get('score') or 0):.4f} |"
+             for i, h in enumerate(hits[:HIT_ROWS], 1)]
+    return "\n".join(rows)
+
+
+def confirm_lines(detail: dict) -> list[str]:
+    lines = [f"- 结果：{BRANCH_NAMES.get(detail.get('branch'), detail.get('branch', ''))}",
+             f"- 判定方式：`{detail.get('method', '')}`"]
+    scores = detail.get("scores") or {}
+    if scores:
+        ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:5]
+        lines.append("- 匹配得分：" + "，".join(f"{name} {score:.2f}" for name, score in ranked))
+    if detail.get("branch") == "ask" and detail.get("candidates"):
+        lines.append("- 候选产品：" + "、".join(detail["candidates"]))
+    return lines
+
+
+def rerank_lines(detail: dict) -> list[str]:
+    scores = detail.get("scores") or []
+    cutoff = int(detail.get("cutoff") or 0)
+    lines = [f"- 评分器：`{detail.get('scorer', '')}`",
+             f"- 共 {detail.get('total', len(scores))} 条，截断位置：第 {cutoff} 条之后"]
+    if scores:
+        shown = [f"**{s:.3f}**" if i < cutoff else f"{s:.3f}" for i, s in enumerate(scores[:HIT_ROWS + 2])]
+        lines.append("- 分数（加粗为保留）：" + "，".join(shown))
+    kept = detail.get("kept") or []
+    if kept:
+        lines += ["", hits_table([{**k, "item_name": k.get("item_name") or ("网页" if k.get("source") == "web" else "")}
+                                  for k in kept])]
+    return lines
+
+
+def step_output(event: dict) -> str:
+    """Readable Markdown for a node_end / node_error event of the query graph."""
+    if event["type"] == "node_error":
+        return f"❌ 出错：{event.get('error', '')}"
+    summary = plain(event.get("summary") or "")
+    if event.get("status") == "skipped":
+        return f"⏭️ 已跳过：{summary}"
+    detail = event.get("detail")
+    node = event.get("node")
+    lines = [summary] if summary else []
+    if node == "node_item_name_confirm" and isinstance(detail, dict):
+        lines += confirm_lines(detail)
+    elif node == "node_rerank" and isinstance(detail, dict):
+        lines += rerank_lines(detail)
+    elif node == "node_web_search_mcp" and isinstance(detail, list):
+        lines += [f"{i}. [{cell(d.get('title')) or d.get('url')}]({d.get('url')})" for i, d in enumerate(detail, 1)]
+    elif isinstance(detail, list) and detail:
+        lines += ["", hits_table(detail)]
+    lines.append(f"\n用时 {float(event.get('seconds') or 0):.2f} 秒")
+    return "\n".join(lines)
+
+
+def source_name(source: dict) -> str:
+    """Side-element name, also written into the answer so that the UI links it: `[1] 标题`."""
+    title = (source.get("title") or source.get("file_title") or "资料").replace("\n", " ").strip()
+    if len(title) > SOURCE_NAME_CHARS:
+        title = title[:SOURCE_NAME_CHARS] + "…"
+    return f"[{source['index']}] {title}"
+
+
+def source_text(source: dict) -> str:
+    meta = [f"**文件**：{source.get('file_title') or '—'}", f"**标题**：{source.get('title') or '—'}",
+            f"**产品**：{source.get('item_name') or '—'}", f"**相关度**：{float(source.get('score') or 0):.4f}"]
+    return "\n\n".join(meta) + "\n\n---\n\n" + (source.get("content") or "")
+
+
+def sources_line(sources: list[dict]) -> str:
+    """The answer's source list: local sources by element name, web sources as links out."""
+    parts = []
+    for s in sources:
+        if s.get("source") == "web":
+            parts.append(f"[{s['index']}] [{cell(s.get('title')) or s.get('url')}]({s.get('url')})")
+        else:
+            parts.append(source_name(s))
+    return "**来源**：" + "　".join(parts) if parts else ""
+
+
+class ImportProgress:
+    """One upload's progress message: a line per import node, then the result."""
+
+    def __init__(self, file_name: str):
+        self.file_name = file_name
+        self.nodes: dict[str, dict] = {}
+
+    def apply(self, event: dict) -> None:
+        kind = event.get("type")
+        if kind == "node_start":
+            self.nodes[event["node"]] = {"label": event.get("label", event["node"]), "state": "running", "text": ""}
+        elif kind in ("node_end", "node_error"):
+            entry = self.nodes.setdefault(event["node"], {"label": event.get("label", event["node"])})
+            if kind == "node_error":
+                entry.update(state="failed", text=event.get("error", ""))
+            else:
+                entry.update(state="done", text=f"{plain(event.get('summary', ''))}（{float(event.get('seconds') or 0):.2f} 秒）")
+
+    def node_lines(self) -> list[str]:
+        icon = {"running": "⏳", "done": "✅", "failed": "❌"}
+        return [f"{icon[n['state']]} {n['label']}　{n.get('text', '')}".rstrip() for n in self.nodes.values()]
+
+    def render_running(self) -> str:
+        return "\n".join([f"⏳ 正在导入《{self.file_name}》……", "", *self.node_lines()])
+
+    def render_done(self, result: dict) -> str:
+        missing = int(result.get("images_missing") or 0)
+        images = f"{result.get('images_uploaded', 0)} 张" + (f"（另有 {missing} 张图片文件缺失，未能显示）" if missing else "")
+        return "\n".join([
+            f"✅ 《{self.file_name}》导入完成", "",
+            f"- 商品名：**{result.get('item_name', '')}**",
+            f"- 切片：{result.get('chunks', 0)} 个",
+            f"- 图片：{images}",
+            f"- 用时：{float(result.get('seconds') or 0):.1f} 秒",
+            "", "商品名不对？点击下方“修改商品名”按钮重新导入。",
+        ])
+
+    def render_failed(self, error: str) -> str:
+        return "\n".join([f"❌ 《{self.file_name}》导入失败：{error}", "", *self.node_lines(), "",
+                          "这份文件没有写入知识库，可以修改后重新上传。"])
