@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.shared import CORPUS
 from graphs.importing.nodes.entry import doc_identity
 from graphs.importing.runner import ImportResult, iter_import_files, run_import
 from graphs.query.graph import build_query_graph
@@ -28,7 +29,6 @@ from services.settings import get_settings, reload_settings
 from services.vector_store import ANALYZER, VectorStore, get_vector_store
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "corpus"
 QA_FILE = ROOT / "bench" / "data" / "qa_corpus.jsonl"
 K_VALUES = (1, 3, 5, 10)
 TOP_K = max(K_VALUES)

@@ -18,10 +18,10 @@ for _var in ("OPENAI_API_KEY", "MINERU_API_TOKEN", "MILVUS_URL", "MONGO_URL", "M
 
 import pytest  # noqa: E402
 
+from bench.shared import CORPUS  # noqa: E402
 from services.settings import reload_settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "corpus"
 CORPUS_DOCS = [
     CORPUS / "milkv-duo" / "duo.md",
     CORPUS / "milkv-duo" / "duo256m.md",

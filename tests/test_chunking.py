@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.shared import SHARED
 from graphs.importing.chunking import (NO_TITLE, conformance_split, html_to_markdown,
                                        normalize_newlines, split_markdown)
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 CHECKER = SHARED / "conformance" / "md_split_check.py"
 CORPUS_FILES = sorted((SHARED / "corpus" / "milkv-duo").glob("*.md")) + sorted(
     (SHARED / "corpus" / "sipeed-mf" / "zh_CN").glob("*.md"))

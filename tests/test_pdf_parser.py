@@ -11,10 +11,11 @@ from fakes.mineru_server import FAILED_MSG, FakeMinerU
 from services.errors import PdfConversionError
 from services.pdf_parser import page_count, pdf_to_markdown
 from services.settings import Settings
+from bench.shared import CORPUS
 
-CORPUS = Path("/work/shared/corpus/btt-skr-mini-e3")
-BTT = sorted(CORPUS.glob("*.pdf"))
-V3 = CORPUS / "BTT SKR MINI E3 V3.0使用手册.pdf"
+BTT_DIR = CORPUS / "btt-skr-mini-e3"
+BTT = sorted(BTT_DIR.glob("*.pdf"))
+V3 = BTT_DIR / "BTT SKR MINI E3 V3.0使用手册.pdf"
 needs_corpus = pytest.mark.skipif(not BTT, reason="BTT sample PDFs not available")
 
 IMAGE_LINK = re.compile(r"!\[[^\]]*\]\(([^)]+)\)")
