@@ -71,14 +71,10 @@ def login(username: str, password: str) -> cl.User | None:
     return None
 
 
-def product_names() -> list[str]:
-    return list(dict.fromkeys(r["item_name"] for r in get_vector_store().item_names()))
-
-
 @cl.set_starters
 async def starters(user: cl.User | None = None) -> list[cl.Starter]:
     try:
-        products = await asyncio.to_thread(product_names)
+        products = await asyncio.to_thread(lambda: get_vector_store().product_names())
     except Exception as exc:  # an unreachable store must not block the welcome screen
         log.warning("读取商品列表失败：%s", exc)
         products = []

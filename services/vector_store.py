@@ -147,42 +147,37 @@ class VectorStore:
         # empty collection has nothing to build; loading below waits for what matters.
         client.create_index(name, index, sync=False)
 
-    def _ensure_collections(self, client: MilvusClient) -> None:
+    def _ensure(self, client: MilvusClient, name: str, pk: str, text: tuple[str, int],
+                fields: list[tuple[str, DataType, dict]], dense_index: dict) -> None:
+        """Check the collection's signature, or create it: `pk`, the analysed text field (BM25
+        reads it offline), the other scalar fields, the dense and the sparse vectors."""
+        if client.has_collection(name):
+            self._check_signature(client, name)
+            return
         bm25 = self.embedder.sparse_mode == "bm25"
-        if client.has_collection(self.chunks):
-            self._check_signature(client, self.chunks)
-        else:
-            schema = client.create_schema(auto_id=True, description=self._signature())
-            schema.add_field("chunk_id", DataType.INT64, is_primary=True)
-            schema.add_field("content", DataType.VARCHAR, max_length=65535,
-                             enable_analyzer=bm25, analyzer_params=ANALYZER if bm25 else None)
-            schema.add_field("title", DataType.VARCHAR, max_length=2048)
-            schema.add_field("parent_title", DataType.VARCHAR, max_length=2048)
-            schema.add_field("file_title", DataType.VARCHAR, max_length=1024)
-            schema.add_field("doc_id", DataType.VARCHAR, max_length=256)
-            schema.add_field("item_name", DataType.VARCHAR, max_length=1024)
-            schema.add_field("part", DataType.INT8)
-            schema.add_field("dense", DataType.FLOAT_VECTOR, dim=self.embedder.dim)
-            self._sparse_field(schema, "content")
-            index = client.prepare_index_params()
-            index.add_index("dense", index_type="AUTOINDEX", metric_type="COSINE")
-            self._sparse_index(index)
-            self._create(client, self.chunks, schema, index)
-        if client.has_collection(self.items):
-            self._check_signature(client, self.items)
-        else:
-            schema = client.create_schema(auto_id=True, description=self._signature())
-            schema.add_field("pk", DataType.INT64, is_primary=True)
-            schema.add_field("file_title", DataType.VARCHAR, max_length=1024)
-            schema.add_field("doc_id", DataType.VARCHAR, max_length=256)
-            schema.add_field("item_name", DataType.VARCHAR, max_length=1024,
-                             enable_analyzer=bm25, analyzer_params=ANALYZER if bm25 else None)
-            schema.add_field("dense", DataType.FLOAT_VECTOR, dim=self.embedder.dim)
-            self._sparse_field(schema, "item_name")
-            index = client.prepare_index_params()
-            index.add_index("dense", index_type="IVF_FLAT", metric_type="COSINE", params={"nlist": 128})
-            self._sparse_index(index)
-            self._create(client, self.items, schema, index)
+        schema = client.create_schema(auto_id=True, description=self._signature())
+        schema.add_field(pk, DataType.INT64, is_primary=True)
+        schema.add_field(text[0], DataType.VARCHAR, max_length=text[1],
+                         enable_analyzer=bm25, analyzer_params=ANALYZER if bm25 else None)
+        for field_name, dtype, params in fields:
+            schema.add_field(field_name, dtype, **params)
+        schema.add_field("dense", DataType.FLOAT_VECTOR, dim=self.embedder.dim)
+        self._sparse_field(schema, text[0])
+        index = client.prepare_index_params()
+        index.add_index("dense", metric_type="COSINE", **dense_index)
+        self._sparse_index(index)
+        self._create(client, name, schema, index)
+
+    def _ensure_collections(self, client: MilvusClient) -> None:
+        varchar = lambda n: {"max_length": n}  # noqa: E731
+        self._ensure(client, self.chunks, "chunk_id", ("content", 65535), [
+            ("title", DataType.VARCHAR, varchar(2048)), ("parent_title", DataType.VARCHAR, varchar(2048)),
+            ("file_title", DataType.VARCHAR, varchar(1024)), ("doc_id", DataType.VARCHAR, varchar(256)),
+            ("item_name", DataType.VARCHAR, varchar(1024)), ("part", DataType.INT8, {}),
+        ], {"index_type": "AUTOINDEX"})
+        self._ensure(client, self.items, "pk", ("item_name", 1024), [
+            ("file_title", DataType.VARCHAR, varchar(1024)), ("doc_id", DataType.VARCHAR, varchar(256)),
+        ], {"index_type": "IVF_FLAT", "params": {"nlist": 128}})
         for name in (self.chunks, self.items):
             client.load_collection(name)
 
@@ -298,6 +293,10 @@ class VectorStore:
         rows = sorted(rows, key=lambda r: r["item_name"])
         self._names = (time.monotonic(), rows)
         return list(rows)
+
+    def product_names(self) -> list[str]:
+        """Distinct product names, sorted: what the knowledge base covers."""
+        return list(dict.fromkeys(r["item_name"] for r in self.item_names()))
 
     def _requests(self, vec: dict, text: str, expr: str, limit: int) -> list[AnnSearchRequest]:
         dense = AnnSearchRequest(data=[vec["dense"]], anns_field="dense",

@@ -180,7 +180,7 @@ def node_item_name_confirm(state: dict) -> dict:
     except Exception as exc:  # history is a convenience; the answer must still come
         log.warning("history unavailable: %s", exc)
         warnings.append("对话历史暂时不可用，本次回答不会结合上文，也不会被保存。")
-    products = list(dict.fromkeys(r["item_name"] for r in get_vector_store().item_names()))
+    products = get_vector_store().product_names()
     d = decide(query, products, history, (state.get("pinned_product") or "").strip())
     out = {
         "original_query": query, "history": history, "message_id": message_id, "branch": d["branch"],
