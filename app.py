@@ -15,10 +15,9 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from api import mount_api
-from graphs.importing import catalog
+from graphs.importing import catalog, start_in_app_worker, stop_in_app_workers
 from services.object_store import IMAGES_PREFIX, LOCAL_URL_PREFIX, local_images_root
 from services.settings import get_settings
-from services.task_store import get_task_store
 from services.vector_store import get_vector_store
 from ui import attachments, chat
 from ui.auth import check_password, configured_users, ensure_auth_secret
@@ -51,17 +50,23 @@ mount_api(chainlit_app)
 
 
 @cl.on_app_startup
-def mark_interrupted_imports() -> None:
-    try:
-        count = get_task_store().mark_interrupted()
-        if count:
-            log.warning("%d 个导入任务在上次退出时未完成，已标记为失败", count)
-    except Exception as exc:  # the chat works without the task store
-        log.warning("无法检查未完成的导入任务：%s", exc)
-    try:  # registry and vector store must agree: a crash mid-write is resolved here
+def start_background_work() -> None:
+    # tasks whose worker died are handed on when their lease runs out (by whichever consumer sees it
+    # first), never because this process started
+    if settings.import_in_app:
+        try:
+            start_in_app_worker()
+        except Exception as exc:  # the chat works without the queue
+            log.warning("无法启动导入队列：%s", exc)
+    try:  # registry and vector store must agree: only writes pending for over a minute are resolved
         catalog.repair()
     except Exception as exc:
         log.warning("无法检查知识库的一致性：%s", exc)
+
+
+@cl.on_app_shutdown
+def stop_background_work() -> None:
+    stop_in_app_workers()
 
 
 @cl.data_layer

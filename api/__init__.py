@@ -11,6 +11,8 @@ from fastapi import FastAPI
 
 from api.catalog import router as catalog_router
 from api.routes import ApiRuntime, router
+from graphs.importing import start_in_app_worker, stop_in_app_workers
+from services.settings import get_settings
 
 __all__ = ["create_app", "mount_api"]
 
@@ -32,8 +34,11 @@ def create_app() -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        if get_settings().import_in_app:  # tasks queued before a restart go on now
+            start_in_app_worker()
         yield
         await app.state.zgzk_api.aclose()
+        stop_in_app_workers()
 
     app = FastAPI(title="掌柜智库 API", version="0.1.0", lifespan=lifespan,
                   description="产品说明书知识库：上传说明书、查询导入进度、提问（含 SSE 流式）、会话历史、健康检查。")

@@ -10,9 +10,9 @@ from api.models import (
     Chunk, Document, DocumentDeleted, ErrorBody, Product, ProductDeleted, ProductRename, ProductRenamed,
     TaskStarted,
 )
-from api.routes import ERRORS, Runtime, storage
+from api.routes import ERRORS, storage
 from api.routing import ApiRoute
-from graphs.importing import catalog
+from graphs.importing import catalog, enqueue_reindex
 
 DocId = Annotated[str, Path(max_length=64, description="文档 ID")]
 ProductName = Annotated[str, Path(max_length=100, description="产品名")]
@@ -73,5 +73,5 @@ def delete_product(name: ProductName):
 
 @router.post("/reindex", response_model=TaskStarted, status_code=202,
              summary="重建索引：按原件重新导入全部文档（更换向量模型后需要），进度见 /api/status/{task_id}")
-def reindex(rt: Runtime):
-    return {"task_id": _call(rt.imports.submit_reindex)}
+def reindex():
+    return {"task_id": _call(enqueue_reindex)}

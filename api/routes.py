@@ -18,8 +18,8 @@ from api.models import (
     TaskStatus, UploadResponse,
 )
 from api.runs import QueryRuns, ServerBusy, SessionBusy
-from api.uploads import ImportQueue, upload_body_limit
-from graphs.importing import UploadRejected, discard, stage_uploads
+from api.uploads import upload_body_limit
+from graphs.importing import UploadRejected, discard, enqueue_set, stage_uploads
 from services.errors import StorageError
 from services.history_store import get_history_store
 from services.settings import get_settings
@@ -35,11 +35,9 @@ class ApiRuntime:
 
     def __init__(self) -> None:
         self.runs = QueryRuns()
-        self.imports = ImportQueue()
 
     async def aclose(self) -> None:
         await self.runs.aclose()
-        self.imports.shutdown()
 
 
 def runtime(request: Request) -> ApiRuntime:
@@ -54,7 +52,7 @@ protected = APIRouter(dependencies=[Depends(require_api_key)], route_class=ApiRo
 
 @protected.post("/upload", response_model=UploadResponse, summary="上传说明书（PDF / Markdown），后台导入")
 @body_limit(upload_body_limit)
-def upload(rt: Runtime, files: Annotated[list[UploadFile], File(description="一个或多个 .pdf / .md 文件")],
+def upload(files: Annotated[list[UploadFile], File(description="一个或多个 .pdf / .md 文件")],
            product: Annotated[str | None, Form(max_length=200, description="指定商品名（覆盖自动识别）")] = None,
            products: Annotated[str | None, Form(max_length=20000, description='每个文件的产品：JSON 对象 {"文件名": "产品名"}')] = None):
     try:
@@ -64,7 +62,7 @@ def upload(rt: Runtime, files: Annotated[list[UploadFile], File(description="一
         return error_response(exc.status, exc.message)
     try:
         by_name = {s.name: per_file[f.filename] for s, f in zip(staged, files) if f.filename in per_file}
-        return {"task_ids": rt.imports.submit(staged, (product or "").strip() or None, by_name)}
+        return {"task_ids": enqueue_set(staged, (product or "").strip() or None, by_name)}
     except StorageError as exc:
         discard(staged)
         return error_response(503, f"导入任务无法创建，没有开始导入：{exc.message}")

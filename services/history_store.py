@@ -6,6 +6,8 @@ construction (pitfall 11); every backend failure surfaces as StorageError with a
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import threading
 import time
@@ -22,14 +24,46 @@ UPDATABLE_FIELDS = frozenset({"role", "text", "rewritten_query", "item_names", "
 
 IndexKeys = Sequence[tuple[str, int]]
 
-# montydb applies updates as read-modify-write in Python, so writers to one SQLite file must take turns
-_repository_locks: dict[str, threading.RLock] = {}
+# montydb applies updates as read-modify-write in Python, so every user of one SQLite file, in this
+# process or another (workers, a second app), must take turns
+_repository_locks: dict[str, "RepositoryLock"] = {}
 _repository_locks_guard = threading.Lock()
 
 
-def _repository_lock(path: str) -> threading.RLock:
+class RepositoryLock:
+    """Re-entrant within a thread, exclusive across threads (RLock) and processes (flock on a file
+    beside the database); the file lock is held only by the outermost holder."""
+
+    def __init__(self, folder: str):
+        self._folder = folder
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+        self._fd: int | None = None
+
+    def __enter__(self) -> "RepositoryLock":
+        self._thread_lock.acquire()
+        try:
+            if self._depth == 0:
+                if self._fd is None:
+                    os.makedirs(self._folder, exist_ok=True)
+                    self._fd = os.open(os.path.join(self._folder, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._thread_lock.release()
+
+
+def _repository_lock(path: str) -> RepositoryLock:
     with _repository_locks_guard:
-        return _repository_locks.setdefault(path, threading.RLock())
+        return _repository_locks.setdefault(path, RepositoryLock(path))
 
 
 class DocumentDatabase:

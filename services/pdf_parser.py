@@ -28,8 +28,8 @@ RETRY_BACKOFF_S = 1.0  # doubled on every retry
 EOF_TAIL_BYTES = 1024
 
 
-def _fail(message: str, cause: BaseException | None = None) -> PdfConversionError:
-    return PdfConversionError(message, node=NODE, cause=cause)
+def _fail(message: str, cause: BaseException | None = None, transient: bool = False) -> PdfConversionError:
+    return PdfConversionError(message, node=NODE, cause=cause, transient=transient)
 
 
 def _say(progress: Progress, line: str) -> None:
@@ -168,7 +168,8 @@ def _poll(client: httpx.Client, url: str, headers: dict, file_name: str, setting
             raise _fail(f"MinerU 解析失败：{result.get('err_msg') or '未知原因'}")
         waited = time.monotonic() - started
         if waited + settings.mineru_poll_interval_s > settings.mineru_timeout_s:
-            raise _fail(f"MinerU 解析超时（已等待 {waited:.0f} 秒，上限 {settings.mineru_timeout_s:g} 秒）")
+            raise _fail(f"MinerU 解析超时（已等待 {waited:.0f} 秒，上限 {settings.mineru_timeout_s:g} 秒）",
+                        transient=True)
         _say(progress, f"MinerU 解析中（已等待 {waited:.0f} 秒）")
         time.sleep(settings.mineru_poll_interval_s)
 
@@ -194,7 +195,8 @@ def _request(client: httpx.Client, method: str, url: str, **kw) -> httpx.Respons
             if response.status_code < 500:
                 break
             if last:
-                raise _fail(f"MinerU 服务暂时不可用（HTTP {response.status_code}），已重试 {MAX_RETRIES} 次")
+                raise _fail(f"MinerU 服务暂时不可用（HTTP {response.status_code}），已重试 {MAX_RETRIES} 次",
+                           transient=True)
         time.sleep(RETRY_BACKOFF_S * 2**attempt)
     if response.status_code in (401, 403):
         raise _fail("MinerU 鉴权失败：请检查 MINERU_API_TOKEN 是否正确、是否过期")

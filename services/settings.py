@@ -80,6 +80,13 @@ class Settings:
     max_context_chars: int = 12000
     # http api
     api_key: str = ""
+    # import queue: Redis when set, an SQLite file under data_dir otherwise
+    redis_url: str = ""
+    import_workers: int = 2
+    import_in_app: bool = True      # the web process also consumes the queue
+    import_retries: int = 2         # attempts after the first, for transient faults and dead workers
+    import_retry_delay_s: float = 5.0  # doubled on every retry
+    task_lease_s: float = 30.0      # a task whose worker stops renewing this long is handed on
 
     @property
     def milvus_uri(self) -> str:
@@ -132,6 +139,13 @@ def load_settings() -> Settings:
         max_upload_mb=_int("MAX_UPLOAD_MB", 100),
         max_context_chars=_int("MAX_CONTEXT_CHARS", 12000),
         api_key=_env("API_KEY"),
+        redis_url=_env("REDIS_URL"),
+        import_workers=max(1, _int("IMPORT_WORKERS", 2)),
+        # with Redis the workers are usually separate processes (scripts/worker.sh)
+        import_in_app=_bool("IMPORT_IN_APP", not _env("REDIS_URL")),
+        import_retries=max(0, _int("IMPORT_RETRIES", 2)),
+        import_retry_delay_s=_float("IMPORT_RETRY_DELAY_S", 5.0),
+        task_lease_s=max(1.0, _float("TASK_LEASE_S", 30.0)),
     )
 
 

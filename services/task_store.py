@@ -1,11 +1,18 @@
 """Persisted import-task state (collection `import_task`), in the same database as the chat history.
 
-Kept in the database rather than in memory so that /status survives a restart, and so that tasks a
-dead process left half-done can be marked failed on startup (`mark_interrupted`).
+Kept in the database rather than in memory so that /status survives a restart and every process
+(app replicas, queue workers) sees the same tasks. A running task holds a lease that its process
+renews; a task whose lease ran out belongs to a process that died, and only then is it handed on
+(`expired` / `hand_on`): never because some other process started.
 """
 from __future__ import annotations
 
+import os
+import socket
+import threading
+from contextlib import contextmanager
 from functools import lru_cache
+from typing import Iterator
 
 from services.errors import StorageError
 from services.history_store import DocumentDatabase, get_database, now_ts
@@ -14,6 +21,12 @@ from services.settings import Settings, get_settings
 TASK_COLLECTION = "import_task"
 PENDING, PROCESSING, COMPLETED, FAILED = "pending", "processing", "completed", "failed"
 INTERRUPTED_ERROR = "进程中断，导入未完成，请重新导入"
+RETRY, GIVE_UP = "retry", "give_up"
+
+
+def owner_id() -> str:
+    """Who holds a lease: this host, process and thread."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
 def _public(doc: dict) -> dict:
@@ -35,17 +48,92 @@ class TaskStore:
         if not matched:
             raise StorageError(f"{action}失败：导入任务不存在：{task_id}")
 
-    def create(self, task_id: str, file_name: str, product: str | None = None) -> dict:
-        """Fresh pending task (re-creating an id starts it over)."""
+    def create(self, task_id: str, file_name: str, product: str | None = None, job: dict | None = None) -> dict:
+        """Fresh pending task (re-creating an id starts it over). `job` is what a queue worker needs to
+        run it again from scratch; a task without one cannot be retried."""
         now = now_ts()
         doc = {"task_id": task_id, "status": PENDING, "file_name": file_name, "product": product,
-               "done_list": [], "running_list": [], "error": "", "result": None, "created": now, "updated": now}
+               "done_list": [], "running_list": [], "error": "", "result": None, "created": now, "updated": now,
+               "job": job, "attempts": 0, "owner": "", "lease_until": None}
         with self._tasks("创建导入任务") as tasks:
             tasks.replace_one({"task_id": task_id}, doc, upsert=True)
         return _public(doc)
 
-    def start(self, task_id: str) -> None:
-        self._update(task_id, {"$set": {"status": PROCESSING}}, "更新导入任务状态")
+    def start(self, task_id: str, lease_s: float) -> None:
+        """Processing under this thread's lease (kept when a queue worker already claimed the task)."""
+        self._update(task_id, {"$set": {"status": PROCESSING, "owner": owner_id(),
+                                        "lease_until": now_ts() + lease_s}}, "更新导入任务状态")
+
+    def claim(self, task_id: str, lease_s: float) -> dict | None:
+        """Take a task to run: a pending one, or one whose holder's lease ran out. None when it is
+        finished, or running under a live lease (a message delivered twice): the caller skips it."""
+        now = now_ts()
+        query = {"task_id": task_id, "$or": [{"status": PENDING},
+                                             {"status": PROCESSING, "lease_until": {"$lt": now}}]}
+        update = {"$set": {"status": PROCESSING, "owner": owner_id(), "lease_until": now + lease_s, "updated": now,
+                           "running_list": [], "error": ""}, "$inc": {"attempts": 1}}
+        with self._tasks("领取导入任务") as tasks:
+            if not tasks.update_one(query, update).matched_count:
+                return None
+            return _public(tasks.find_one({"task_id": task_id}))
+
+    def renew(self, task_id: str, owner: str, lease_s: float) -> bool:
+        """Extend `owner`'s lease; False when the task is no longer its to run."""
+        with self._tasks("续租导入任务") as tasks:
+            return tasks.update_one({"task_id": task_id, "status": PROCESSING, "owner": owner},
+                                    {"$set": {"lease_until": now_ts() + lease_s}}).matched_count == 1
+
+    @contextmanager
+    def leased(self, task_id: str, lease_s: float) -> Iterator[None]:
+        """Renew the lease in the background while the body runs (a dead process stops renewing)."""
+        owner, stop = owner_id(), threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(lease_s / 3):
+                try:
+                    if not self.renew(task_id, owner, lease_s):
+                        return  # finished, or handed on after a stall: nothing left to hold
+                except StorageError:  # the database was unreachable this round; the next one tries again
+                    continue
+
+        thread = threading.Thread(target=renew, name=f"lease-{task_id[:8]}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def retry_later(self, task_id: str, error: str) -> None:
+        """A transient failure: waiting for the queue to run it again."""
+        self._update(task_id, {"$set": {"status": PENDING, "error": error, "running_list": [], "owner": "",
+                                        "lease_until": None}}, "更新导入任务状态")
+
+    def expired(self) -> list[dict]:
+        """Running tasks whose holder stopped renewing."""
+        with self._tasks("读取过期的导入任务") as tasks:
+            return [_public(d) for d in tasks.find({"status": PROCESSING, "lease_until": {"$lt": now_ts()}})]
+
+    def hand_on(self, task_id: str, max_attempts: int) -> str | None:
+        """An expired task goes back to pending (RETRY: the caller enqueues it again) or, with no job
+        to rerun or no attempts left, fails (GIVE_UP). None when its lease was renewed meanwhile or
+        another process handed it on first."""
+        now = now_ts()
+        with self._tasks("转交过期的导入任务") as tasks:
+            doc = tasks.find_one({"task_id": task_id, "status": PROCESSING, "lease_until": {"$lt": now}})
+            if doc is None:
+                return None
+            attempts = int(doc.get("attempts") or 0)
+            if doc.get("job") and attempts < max_attempts:
+                tasks.update_one({"task_id": task_id}, {"$set": {
+                    "status": PENDING, "owner": "", "lease_until": None, "running_list": [], "updated": now,
+                    "error": f"处理进程意外退出，正在重试（已尝试 {attempts} 次）"}})
+                return RETRY
+            error = INTERRUPTED_ERROR if not doc.get("job") else \
+                f"处理进程意外退出，已尝试 {attempts} 次仍未完成，请重新导入"
+            tasks.update_one({"task_id": task_id}, {"$set": {
+                "status": FAILED, "error": error, "running_list": [], "lease_until": None, "updated": now}})
+            return GIVE_UP
 
     def node_started(self, task_id: str, node: str) -> None:
         self._update(task_id, {"$addToSet": {"running_list": node}}, "记录节点开始")
@@ -57,22 +145,17 @@ class TaskStore:
         self._update(task_id, {"$set": {"progress": text}}, "记录任务进度")
 
     def complete(self, task_id: str, result: dict) -> None:
-        self._update(task_id, {"$set": {"status": COMPLETED, "result": result, "running_list": []}},
-                     "更新导入任务状态")
+        self._update(task_id, {"$set": {"status": COMPLETED, "result": result, "running_list": [],
+                                        "lease_until": None, "error": ""}}, "更新导入任务状态")
 
     def fail(self, task_id: str, error: str) -> None:
-        self._update(task_id, {"$set": {"status": FAILED, "error": error, "running_list": []}}, "更新导入任务状态")
+        self._update(task_id, {"$set": {"status": FAILED, "error": error, "running_list": [], "lease_until": None}},
+                     "更新导入任务状态")
 
     def get(self, task_id: str) -> dict | None:
         with self._tasks("读取导入任务") as tasks:
             doc = tasks.find_one({"task_id": task_id})
         return _public(doc) if doc else None
-
-    def mark_interrupted(self) -> int:
-        """On startup: tasks a dead process left pending/processing become failed; returns how many."""
-        update = {"$set": {"status": FAILED, "error": INTERRUPTED_ERROR, "running_list": [], "updated": now_ts()}}
-        with self._tasks("标记中断的导入任务") as tasks:
-            return tasks.update_many({"status": {"$in": [PENDING, PROCESSING]}}, update).modified_count
 
     def ping(self) -> bool:
         return self.db.ping()

@@ -14,8 +14,9 @@ from typing import Callable
 from graphs.importing.files import StagedFile
 from graphs.importing.graph import build_import_graph
 from graphs.importing.recognition import plan_set
-from services.errors import ImportProcessError
+from services.errors import ImportProcessError, is_transient
 from services.object_store import get_object_store
+from services.settings import get_settings
 from services.task_store import get_task_store
 from services.vector_store import eq_filter, get_vector_store
 
@@ -40,6 +41,7 @@ class ImportResult:
     doc_key: str = ""                # its folder in the object store and under DATA_DIR/work
     product_how: str = ""            # how the product was decided: named | folder | set | weak | file | user
     product_evidence: str = ""
+    transient: bool = False          # failed in a way that may pass on a later attempt
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -59,14 +61,16 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
                task_id: str | None = None, on_event: Callable[[dict], None] | None = None,
                product_source: str = "user", product_evidence: str = "", set_id: str = "",
                updated_by: str = "", identity: str | None = None, original_key: str | None = None,
-               source: str = "path", file_name: str = "") -> ImportResult:
+               source: str = "path", file_name: str = "", may_retry: bool = False) -> ImportResult:
     """Import one file. `product` (given by a person, or by set recognition with
-    product_source="set") overrides recognition; `staged` is an upload received by stage_uploads."""
+    product_source="set") overrides recognition; `staged` is an upload received by stage_uploads.
+    With `may_retry` a transient failure leaves the task to the caller (a queue worker retries it)."""
     task_id = task_id or uuid.uuid4().hex
     tasks = get_task_store()
+    lease_s = get_settings().task_lease_s
     if tasks.get(task_id) is None:
         tasks.create(task_id, staged.name if staged else Path(path).name, product=product)
-    tasks.start(task_id)
+    tasks.start(task_id, lease_s)
     state = {"task_id": task_id, "import_file_path": str(path), "set_id": set_id, "updated_by": updated_by,
              "source": source, "file_name": file_name or Path(path).name}
     if product:
@@ -94,16 +98,17 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
                 log.exception("progress listener failed")
 
     try:
-        for mode, payload in build_import_graph().stream(state, stream_mode=["custom", "values"]):
-            if mode == "custom":
-                forward(payload)
-            else:
-                final = payload
+        with tasks.leased(task_id, lease_s):
+            for mode, payload in build_import_graph().stream(state, stream_mode=["custom", "values"]):
+                if mode == "custom":
+                    forward(payload)
+                else:
+                    final = payload
     except ImportProcessError as exc:
-        result.error, result.failed_node = exc.message, exc.node or ""
+        result.error, result.failed_node, result.transient = exc.message, exc.node or "", is_transient(exc)
     except Exception as exc:  # keep the CLI and the app alive whatever a library raises
         log.exception("import crashed")
-        result.error = f"导入失败：{exc}"
+        result.error, result.transient = f"导入失败：{exc}", is_transient(exc)
     result.seconds = round(time.perf_counter() - started, 3)
     images = final.get("images") or []
     result.item_name = final.get("item_name", "")
@@ -117,6 +122,8 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     if result.error:
         if result.images_uploaded:
             discard_new_images(result)
+        if may_retry and result.transient:
+            return result
         tasks.fail(task_id, result.error)
         forward({"type": "import_failed", "error": result.error, "node": result.failed_node})
         return result
@@ -127,16 +134,15 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     return result
 
 
-def import_set(paths: list[Path], *, root: Path | None = None, product: str | None = None,
-               staged: list[StagedFile] | None = None, products: dict[str, str] | None = None,
-               on_event: Callable[[dict], None] | None = None, updated_by: str = "") -> list[ImportResult]:
-    """Import files that arrived together, their products recognised across the set first.
-    `product` names one product for all; `products` one per file (by path or file name)."""
+def decide_products(paths: list[Path], root: Path | None = None, product: str | None = None,
+                    products: dict[str, str] | None = None) -> list[dict]:
+    """Per file of a set: the product to import it under (None: its own recognition decides), with
+    product_source, product_evidence and how it was decided. `product` names one product for all,
+    `products` one per file (by path or file name); the rest is recognised across the set."""
     plan = plan_set(paths, root) if not product else []
     by_path = {str(p.path): p for p in plan}
-    set_id = uuid.uuid4().hex
-    results = []
-    for i, path in enumerate(paths):
+    out = []
+    for path in paths:
         given = product or (products or {}).get(str(path)) or (products or {}).get(path.name)
         planned = by_path.get(str(path))
         if given:
@@ -145,9 +151,21 @@ def import_set(paths: list[Path], *, root: Path | None = None, product: str | No
             name, source, how, evidence = planned.product, "set", planned.how, planned.evidence
         else:
             name, source, how, evidence = None, "user", "file", planned.evidence if planned else ""
-        result = run_import(path, product=name, product_source=source, product_evidence=evidence,
+        out.append({"product": name, "product_source": source, "product_evidence": evidence, "how": how})
+    return out
+
+
+def import_set(paths: list[Path], *, root: Path | None = None, product: str | None = None,
+               staged: list[StagedFile] | None = None, products: dict[str, str] | None = None,
+               on_event: Callable[[dict], None] | None = None, updated_by: str = "") -> list[ImportResult]:
+    """Import files that arrived together, in this thread, their products decided across the set first."""
+    set_id = uuid.uuid4().hex
+    results = []
+    for i, (path, decided) in enumerate(zip(paths, decide_products(paths, root, product, products))):
+        result = run_import(path, product=decided["product"], product_source=decided["product_source"],
+                            product_evidence=decided["product_evidence"],
                             staged=staged[i] if staged else None, task_id=staged[i].task_id if staged else None,
                             on_event=on_event, set_id=set_id, updated_by=updated_by)
-        result.product_how = how
+        result.product_how = decided["how"]
         results.append(result)
     return results

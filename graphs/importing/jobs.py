@@ -1,0 +1,208 @@
+"""Imports and reindexing on the task queue: the same code whether the queue is the embedded SQLite
+file or Redis, whether it runs inside the app or in `scripts/worker.sh`.
+
+A message carries only a task id; what to run is the task's `job` in the task store, so a task handed
+on after its worker died runs again exactly as first asked. Claiming decides who runs it: a message
+delivered twice finds its task finished, or leased by a live worker, and does nothing. The import
+itself replaces a document by its identity, so running a task again never adds a copy.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+
+from graphs.importing import catalog
+from graphs.importing.files import StagedFile
+from graphs.importing.runner import decide_products, run_import
+from services.errors import StorageError, is_transient
+from services.object_store import get_object_store
+from services.settings import Settings, get_settings
+from services.task_queue import RetryTask, TaskQueue, get_task_queue
+from services.task_store import RETRY, get_task_store
+
+log = logging.getLogger("import.jobs")
+
+RUN_TASK = "zgzk.run_task"
+IMPORT, REINDEX = "import", "reindex"
+REINDEX_NAME = "重建索引"
+
+
+# --- sending ------------------------------------------------------------------------------------------
+
+def enqueue_set(staged: list[StagedFile], product: str | None = None, products: dict[str, str] | None = None,
+                updated_by: str = "") -> list[str]:
+    """Queue the import of files that arrived together: one task each, their products decided across
+    the set now. Returns the task ids; StorageError when the tasks could not be created or queued
+    (the files are then not imported, and the tasks say so)."""
+    decisions = decide_products([item.path for item in staged], product=product, products=products)
+    tasks, set_id = get_task_store(), uuid.uuid4().hex
+    for item, decided in zip(staged, decisions):
+        job = {"kind": IMPORT, "staged": item.as_dict(), "set_id": set_id, "updated_by": updated_by, **decided}
+        tasks.create(item.task_id, item.name, product=decided["product"], job=job)
+    _send([item.task_id for item in staged])
+    return [item.task_id for item in staged]
+
+
+def enqueue_reindex(updated_by: str = "") -> str:
+    """Queue a reindex of every document; returns its task id."""
+    task_id = uuid.uuid4().hex
+    get_task_store().create(task_id, REINDEX_NAME, job={"kind": REINDEX, "updated_by": updated_by})
+    _send([task_id])
+    return task_id
+
+
+def _send(task_ids: list[str]) -> None:
+    settings = get_settings()
+    queue = _queue(settings)
+    if settings.import_in_app:
+        start_in_app_worker()
+    try:
+        for task_id in task_ids:
+            queue.send(RUN_TASK, task_id)
+    except StorageError as exc:
+        for task_id in task_ids:
+            get_task_store().fail(task_id, f"导入任务没有排上队：{exc.message}")
+        raise
+
+
+def _queue(settings: Settings | None = None) -> TaskQueue:
+    queue = get_task_queue(settings)
+    queue.register(RUN_TASK, run_task)
+    return queue
+
+
+# --- running ------------------------------------------------------------------------------------------
+
+def run_task(task_id: str) -> None:
+    """One delivery of a task: claim it, run its job, and on a transient failure let the queue run it
+    again after a growing delay (attempts are counted in the task store, across workers)."""
+    settings = get_settings()
+    tasks = get_task_store(settings)
+    task = tasks.claim(task_id, settings.task_lease_s)
+    if task is None:
+        log.info("task %s is finished or running elsewhere: this delivery does nothing", task_id)
+        return
+    job, attempts = task.get("job") or {}, int(task["attempts"])
+    may_retry = attempts <= settings.import_retries
+    try:
+        error = _run_reindex(task_id, job) if job.get("kind") == REINDEX else _run_import(task_id, job, may_retry)
+    except Exception as exc:  # the import records its own failures; this is the task store or the queue
+        log.exception("task %s crashed", task_id)
+        if not (may_retry and is_transient(exc)):
+            tasks.fail(task_id, f"导入失败：{exc}")
+            return
+        error = f"导入失败：{exc}"
+    if error is None:
+        return
+    delay = settings.import_retry_delay_s * 2 ** (attempts - 1)
+    tasks.retry_later(task_id, f"{error}（第 {attempts} 次尝试，{delay:g} 秒后重试）")
+    raise RetryTask(delay=delay)
+
+
+def _run_import(task_id: str, job: dict, may_retry: bool) -> str | None:
+    """None when done (completed, or failed for good); the error when worth another attempt."""
+    staged = StagedFile.from_dict(job["staged"])
+    if not staged.path.is_file():  # a worker on another machine: the original is in the object store
+        staged.path.parent.mkdir(parents=True, exist_ok=True)
+        staged.path.write_bytes(get_object_store().open_original(staged.original_key))
+    result = run_import(staged.path, product=job.get("product"), product_source=job.get("product_source", "user"),
+                        product_evidence=job.get("product_evidence", ""), staged=staged, task_id=task_id,
+                        set_id=job.get("set_id", ""), updated_by=job.get("updated_by", ""), may_retry=may_retry)
+    return result.error if result.status == "failed" and may_retry and result.transient else None
+
+
+def _run_reindex(task_id: str, job: dict) -> str | None:
+    tasks, lease_s = get_task_store(), get_settings().task_lease_s
+    try:
+        with tasks.leased(task_id, lease_s):
+            result = catalog.reindex_all(updated_by=job.get("updated_by", ""),
+                                         progress=lambda text: tasks.progress(task_id, text))
+    except Exception as exc:
+        log.exception("reindex failed")
+        tasks.fail(task_id, f"重建索引失败：{exc}")
+        return None
+    tasks.complete(task_id, result)
+    return None
+
+
+def hand_on_expired(settings: Settings | None = None) -> int:
+    """Tasks whose worker stopped renewing its lease: queued again, or failed after their attempts.
+    Any number of processes may run this at once; each task is handed on once."""
+    settings = settings or get_settings()
+    tasks, queue = get_task_store(settings), _queue(settings)
+    handed = 0
+    for task in tasks.expired():
+        outcome = tasks.hand_on(task["task_id"], 1 + settings.import_retries)
+        if outcome == RETRY:
+            log.warning("task %s: its worker died, queued again", task["task_id"])
+            queue.send(RUN_TASK, task["task_id"])
+        handed += outcome is not None
+    return handed
+
+
+# --- workers ------------------------------------------------------------------------------------------
+
+class Worker:
+    """IMPORT_WORKERS threads taking tasks from the queue, and a watcher handing on expired leases."""
+
+    def __init__(self, settings: Settings, *, in_process: bool):
+        self.settings = settings
+        self.consumer = _queue(settings).consumer(settings.import_workers, in_process=in_process)
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="lease-watcher", daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.settings.task_lease_s / 3):
+            try:
+                hand_on_expired(self.settings)
+            except StorageError as exc:  # a store out of reach this round; the next round tries again
+                log.warning("could not check task leases: %s", exc)
+
+    def start(self) -> None:
+        self._watcher.start()
+        self.consumer.start()
+
+    def run(self) -> None:
+        """Until SIGINT / SIGTERM (a worker program)."""
+        self._watcher.start()
+        try:
+            self.consumer.run()
+        finally:
+            self._stop.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.consumer.stop(graceful=False)
+
+
+_in_app: dict[str, Worker] = {}
+_in_app_lock = threading.Lock()
+
+
+def start_in_app_worker() -> Worker:
+    """The app's own consumer (so a fresh machine needs nothing else); one per configuration."""
+    settings = get_settings()
+    key = settings.redis_url or str(settings.data_dir)
+    with _in_app_lock:
+        if key not in _in_app:
+            worker = _in_app[key] = Worker(settings, in_process=True)
+            worker.start()
+        return _in_app[key]
+
+
+def stop_in_app_workers() -> None:
+    with _in_app_lock:
+        workers = list(_in_app.values())
+        _in_app.clear()
+    for worker in workers:
+        worker.stop()
+
+
+def run_worker() -> None:
+    """The body of scripts/worker.sh."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = get_settings()
+    queue = _queue(settings)
+    log.info("worker: %d threads on %s", settings.import_workers, queue.describe())
+    Worker(settings, in_process=False).run()
