@@ -53,7 +53,7 @@ mount_api(chainlit_app)
 def start_background_work() -> None:
     # tasks whose worker died are handed on when their lease runs out (by whichever consumer sees it
     # first), never because this process started
-    if settings.import_in_app:
+    if get_settings().import_in_app:
         try:
             start_in_app_worker()
         except Exception as exc:  # the chat works without the queue

@@ -11,12 +11,13 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from api import health as api_health, mount_api, runs as api_runs, uploads as api_uploads
+from api import health as api_health, mount_api, runs as api_runs
 from api_fixtures import (  # noqa: F401 (fixtures)
     ApiServer, api, api_server, ask_stream, iter_sse, model, question_of, read_sse, wait_task,
 )
 from api.runs import QueryRuns
 from conftest import CORPUS_DOCS
+from graphs.importing import jobs as import_jobs
 from services.errors import MinioError
 from services.object_store import LocalObjectStore
 from services.settings import get_settings
@@ -373,7 +374,7 @@ def test_a_background_import_that_crashes_is_recorded_as_failed(api, env, tmp_pa
     def crash(*args, **kwargs):
         raise RuntimeError("磁盘已满")
 
-    monkeypatch.setattr(api_uploads, "run_import", crash)
+    monkeypatch.setattr(import_jobs, "run_import", crash)
     task = api.post("/api/upload", files=_files(("crash.md", b"# crash\n\ntext"))).json()["task_ids"][0]
     status = wait_task(api, task)
     assert (status["status"], status["error"]) == ("failed", "导入失败：磁盘已满")

@@ -17,11 +17,12 @@ import pytest
 
 import graphs.query.nodes.answer_output as answer_output
 import graphs.query.nodes.item_name_confirm as item_name_confirm
-from api import health as api_health, routes as api_routes, uploads as api_uploads
+from api import health as api_health, routes as api_routes
 from api_fixtures import (  # noqa: F401 (fixtures)
     ANSWER, api, api_server, ask_stream, model, wait_task,
 )
 from conftest import CORPUS_DOCS, ROOT
+from graphs.importing import hand_on_expired, jobs as import_jobs
 from services.errors import StorageError
 from services.history_store import HistoryStore
 from services.prompts import load_prompt
@@ -130,7 +131,7 @@ def test_history_store_down_still_streams_the_answer_with_warnings(api, monkeypa
     down = HistoryStore(db=_DownDatabase())
     for module in (item_name_confirm, answer_output, api_routes):
         monkeypatch.setattr(module, "get_history_store", lambda settings=None: down)
-    for module in (api_routes, api_uploads):
+    for module in (api_routes, import_jobs):
         monkeypatch.setattr(module, "get_task_store", lambda settings=None: TaskStore(db=_DownDatabase()))
     monkeypatch.setattr(api_health, "get_database", lambda settings=None: _DownDatabase())
     caplog.set_level(logging.WARNING)
@@ -162,8 +163,11 @@ def test_history_store_down_still_streams_the_answer_with_warnings(api, monkeypa
 
 # --- a process killed during an import ---------------------------------------------------------------------
 
+CLI_LEASE_S = 2.0
+
+
 def _import_cli(path: Path, data_dir: Path) -> subprocess.Popen:
-    env = {**os.environ, "DATA_DIR": str(data_dir)}
+    env = {**os.environ, "DATA_DIR": str(data_dir), "TASK_LEASE_S": str(CLI_LEASE_S)}
     return subprocess.Popen([sys.executable, "-m", "graphs.importing", str(path), "--json"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
@@ -172,10 +176,7 @@ def _wait_until_converting(tasks: TaskStore, proc: subprocess.Popen, timeout: fl
     """The subprocess's task, once it is converting the PDF (the longest step)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            found = [t for t in tasks.list() if "node_pdf_to_md" in t["running_list"]]
-        except StorageError:  # the other process holds the SQLite lock this instant
-            found = []
+        found = [t for t in tasks.list() if "node_pdf_to_md" in t["running_list"]]
         if found:
             return found[0]
         time.sleep(0.05)
@@ -193,10 +194,12 @@ def test_import_killed_midway_shows_failed_and_a_rerun_matches_a_clean_import(ap
     proc.wait(30)
     assert task["status"] == PROCESSING
 
-    # "restart": a new process finds the task still processing and marks it failed
-    restarted = TaskStore(settings)
-    assert restarted.get(task["task_id"])["status"] == PROCESSING
-    assert restarted.mark_interrupted() == 1
+    # another process looking at once leaves it alone: its lease has not run out yet
+    assert hand_on_expired(settings) == 0
+    assert TaskStore(settings).get(task["task_id"])["status"] == PROCESSING
+    time.sleep(CLI_LEASE_S + 0.2)
+    assert hand_on_expired(settings) == 1  # nobody renewed it: a CLI task has no job to rerun, it fails
+    assert hand_on_expired(settings) == 0
     status = api.get(f"/api/status/{task['task_id']}").json()
     assert (status["status"], status["error"], status["running_list"]) == (FAILED, INTERRUPTED_ERROR, [])
     assert status["chunks"] is None

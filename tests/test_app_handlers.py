@@ -491,23 +491,24 @@ def test_upload_settings_take_manuals_only_up_to_the_cap():
 
 
 # -- start-up -------------------------------------------------------------------------------
-async def test_startup_marks_imports_a_dead_process_left(own_data):
+async def test_startup_leaves_another_process_s_running_import_alone(own_data):
     tasks = get_task_store()
     tasks.create("left-running", "duo.md")
-    tasks.start("left-running")
+    tasks.start("left-running", lease_s=60)  # another replica or worker is on it right now
     tasks.create("finished", "duos.md")
     tasks.complete("finished", {"chunks": 1})
     await config.code.on_app_startup()
-    assert tasks.get("left-running")["status"] == "failed" and "进程中断" in tasks.get("left-running")["error"]
+    assert tasks.get("left-running")["status"] == "processing" and tasks.get("left-running")["error"] == ""
     assert tasks.get("finished")["status"] == "completed"
+    await config.code.on_app_shutdown()
 
 
-async def test_startup_survives_an_unavailable_task_store(monkeypatch, caplog):
+async def test_startup_survives_an_unavailable_queue(monkeypatch, caplog):
     def unavailable():
-        raise StorageError("标记中断的导入任务失败（测试注入）")
-    monkeypatch.setattr(app, "get_task_store", unavailable)
+        raise StorageError("任务无法加入队列（测试注入）")
+    monkeypatch.setattr(app, "start_in_app_worker", unavailable)
     await config.code.on_app_startup()
-    assert "无法检查未完成的导入任务" in caplog.text and "测试注入" in caplog.text
+    assert "无法启动导入队列" in caplog.text and "测试注入" in caplog.text
 
 
 # -- login ----------------------------------------------------------------------------------

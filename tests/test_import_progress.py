@@ -1,12 +1,14 @@
 """Progress events of the import graph and the persisted task state behind them."""
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
 
 from conftest import CORPUS
 from graphs.importing.runner import run_import
+from graphs.importing import hand_on_expired
 from import_fixtures import Killed, fresh_data, store, write_md  # noqa: F401 - fresh_data is a fixture
 from services.settings import get_settings
 from services.task_store import INTERRUPTED_ERROR, TaskStore, get_task_store
@@ -89,7 +91,8 @@ def test_failed_import_reports_the_failing_node(fresh_data, tmp_path):
     assert task["done_list"] == ["node_entry"] and task["running_list"] == []
 
 
-def test_a_killed_import_is_marked_interrupted_after_restart(fresh_data, tmp_path):
+def test_a_killed_import_fails_once_its_lease_runs_out(env, tmp_path):
+    env(DATA_DIR=str(tmp_path / "data"), TASK_LEASE_S="1")
     client = store().client
 
     def killed(*args, **kwargs):
@@ -102,7 +105,9 @@ def test_a_killed_import_is_marked_interrupted_after_restart(fresh_data, tmp_pat
         run_import(md, task_id=task_id)
     restarted = TaskStore(get_settings())
     assert restarted.get(task_id)["status"] == "processing"
-    assert restarted.mark_interrupted() == 1
+    assert hand_on_expired() == 0  # looked at by another process at once: left alone
+    time.sleep(1.1)
+    assert hand_on_expired() == 1
     task = restarted.get(task_id)
     assert task["status"] == "failed" and task["error"] == INTERRUPTED_ERROR
     assert task["done_list"] == MD_NODES[:-1]

@@ -5,7 +5,7 @@
 
 Modes: "normal" (running, then done on the 2nd poll), "failed", "never" (stays running),
 "502_first" (the first poll answers HTTP 502, then as normal), "traversal" (the zip holds
-an entry escaping its folder).
+an entry escaping its folder). `outage=N`: the first N batch requests answer HTTP 503.
 """
 from __future__ import annotations
 
@@ -53,9 +53,9 @@ def build_result_zip(pdf_bytes: bytes, traversal: bool = False) -> bytes:
 
 
 class FakeMinerU(ThreadedServer):
-    def __init__(self, token: str = "test-token", mode: str = "normal", polls_to_done: int = 2):
+    def __init__(self, token: str = "test-token", mode: str = "normal", polls_to_done: int = 2, outage: int = 0):
         assert mode in MODES, mode
-        self.token, self.mode, self.polls_to_done = token, mode, polls_to_done
+        self.token, self.mode, self.polls_to_done, self.outage = token, mode, polls_to_done, outage
         self.batches: dict[str, dict[str, Any]] = {}  # batch_id -> {"request", "files", "polls"}
         self.requests: list[tuple[str, str]] = []  # (method, path)
         self._lock = threading.Lock()
@@ -111,6 +111,11 @@ def _make_handler(fake: FakeMinerU) -> type[QuietHandler]:
                 self.send_json(404, {"code": 404, "msg": "not found"})
                 return
             if not self._authorized():
+                return
+            with fake._lock:
+                down, fake.outage = fake.outage > 0, max(0, fake.outage - 1)
+            if down:
+                self.send_json(503, {"code": -1, "msg": "Service Unavailable"})
                 return
             files = body.get("files") or []
             if not files or not all(f.get("name") for f in files):

@@ -1,0 +1,153 @@
+"""Imports on the embedded task queue (Huey over SQLite, consumed inside this process): bounded
+concurrency, a task delivered twice or handed on after its worker died runs once in effect, and
+transient faults (MinerU 5xx) are retried with a growing delay while lasting ones fail at once."""
+from __future__ import annotations
+
+import io
+import time
+
+import pymupdf
+import pytest
+
+import services.pdf_parser as pdf_parser
+from fakes.mineru_server import FAILED_MSG, FakeMinerU
+from graphs.importing import enqueue_set, hand_on_expired, jobs, stage_uploads, stop_in_app_workers
+from import_fixtures import assert_consistent, store
+from services.documents import get_document_registry
+from services.errors import StorageError
+from services.history_store import now_ts
+from services.settings import get_settings
+from services.task_store import get_task_store
+from services.vector_store import eq_filter
+
+MANUAL = "# {name} 使用说明书\n\n## 开机\n\n长按电源键 3 秒，{name} 的指示灯亮起。\n\n## 复位\n\n用牙签按住 RESET 键 10 秒。\n"
+
+
+@pytest.fixture
+def queue_env(env, tmp_path):
+    """Own DATA_DIR, short delays; the in-process consumer this test starts is stopped after it."""
+    def apply(**extra):
+        return env(DATA_DIR=str(tmp_path / "data"), IMPORT_RETRY_DELAY_S="0.2", **extra)
+
+    yield apply
+    stop_in_app_workers()
+
+
+def upload(*named: tuple[str, bytes]) -> list[str]:
+    return enqueue_set(stage_uploads([(name, io.BytesIO(data)) for name, data in named], get_settings()))
+
+
+def watch(task_ids: list[str], timeout: float = 180) -> tuple[dict[str, dict], list[dict[str, str]]]:
+    """Poll until every task has ended: (final tasks, the statuses seen on each poll)."""
+    tasks, seen = get_task_store(), []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = {t: tasks.get(t) for t in task_ids}
+        seen.append({t: task["status"] for t, task in now.items()})
+        if all(task["status"] in ("completed", "failed") for task in now.values()):
+            return now, seen
+        time.sleep(0.05)
+    raise TimeoutError(f"tasks did not finish: {seen[-1]}")
+
+
+def chunks_of(doc_id: str) -> int:
+    s = store()
+    return s.count(s.chunks, eq_filter("doc_id", doc_id))
+
+
+def test_queued_imports_run_at_most_import_workers_at_a_time_and_a_second_delivery_does_nothing(queue_env):
+    queue_env(IMPORT_WORKERS="2")
+    ids = upload(*[(f"机型{i}.md", MANUAL.format(name=f"星火 X{i} 路由器").encode()) for i in range(4)])
+    done, seen = watch(ids)
+    assert [t["status"] for t in done.values()] == ["completed"] * 4, done
+    assert max(sum(s == "processing" for s in poll.values()) for poll in seen) <= 2
+    assert len({t["owner"] for t in done.values()}) == 2  # both threads took tasks
+    assert all(t["attempts"] == 1 for t in done.values())
+
+    first = done[ids[0]]
+    doc_id, chunks = first["result"]["doc_id"], first["result"]["chunks"]
+    jobs._queue().send(jobs.RUN_TASK, ids[0])  # the same message again
+    time.sleep(1.0)
+    again = get_task_store().get(ids[0])
+    assert (again["status"], again["attempts"], again["updated"]) == ("completed", 1, first["updated"])
+    assert chunks_of(doc_id) == chunks
+    assert_consistent()
+
+
+def test_a_task_whose_worker_died_runs_again_from_its_job_without_duplicating(queue_env):
+    queue_env(TASK_LEASE_S="1")
+    [task_id] = upload(("星火Y1.md", MANUAL.format(name="星火 Y1 扫地机").encode()))
+    done, _ = watch([task_id])
+    result = done[task_id]["result"]
+    assert done[task_id]["status"] == "completed"
+
+    # as if its worker had died after writing the chunks, before saying so: processing, lease run out
+    tasks = get_task_store()
+    with tasks._tasks("test") as raw:
+        raw.update_one({"task_id": task_id}, {"$set": {"status": "processing", "lease_until": now_ts() - 1}})
+    assert hand_on_expired() == 1
+    done, _ = watch([task_id])
+    assert (done[task_id]["status"], done[task_id]["attempts"]) == ("completed", 2)
+    assert done[task_id]["result"]["doc_id"] == result["doc_id"]
+    assert chunks_of(result["doc_id"]) == result["chunks"]  # replaced by its identity, not added again
+    record = get_document_registry().get(result["doc_id"], with_chunk_ids=True)
+    assert record["status"] == "ready" and record["chunks"] == result["chunks"] == len(record["chunk_ids"])
+    assert_consistent()
+
+
+def tiny_pdf() -> bytes:
+    doc = pymupdf.open()
+    page = doc.new_page()
+    page.insert_text((72, 72), "Spark Z1 Router - User Manual", fontsize=18)
+    page.insert_text((72, 120), "Hold the RESET button for 10 seconds to restore factory settings.", fontsize=11)
+    return doc.tobytes()
+
+
+@pytest.fixture
+def fast_mineru_retries(monkeypatch):
+    monkeypatch.setattr(pdf_parser, "RETRY_BACKOFF_S", 0.01)
+
+
+def test_a_mineru_outage_is_retried_with_backoff_and_never_shown_as_failed(queue_env, fast_mineru_retries):
+    # the parser's own retries (1 + 3 requests) all meet the outage: the queue tries again later
+    with FakeMinerU(token="tok", outage=1 + pdf_parser.MAX_RETRIES) as mineru:
+        queue_env(MINERU_API_TOKEN="tok", MINERU_BASE_URL=mineru.base_url, MINERU_POLL_INTERVAL_S="0.05")
+        started = time.monotonic()
+        [task_id] = upload(("z1.pdf", tiny_pdf()))
+        done, seen = watch([task_id])
+    task = done[task_id]
+    assert (task["status"], task["attempts"], task["error"]) == ("completed", 2, ""), task
+    assert "failed" not in {poll[task_id] for poll in seen}  # a client polling never saw it give up
+    assert time.monotonic() - started >= 0.2  # waited IMPORT_RETRY_DELAY_S before the second attempt
+
+
+def test_a_lasting_outage_fails_after_the_retries_and_a_refusal_at_once(queue_env, fast_mineru_retries):
+    with FakeMinerU(token="tok", outage=10_000) as mineru:
+        queue_env(MINERU_API_TOKEN="tok", MINERU_BASE_URL=mineru.base_url, IMPORT_RETRIES="1")
+        [task_id] = upload(("z1.pdf", tiny_pdf()))
+        task = watch([task_id])[0][task_id]
+        posts = [r for r in mineru.requests if r[0] == "POST"]
+    assert (task["status"], task["attempts"]) == ("failed", 2)
+    assert "MinerU 服务暂时不可用（HTTP 503）" in task["error"] and "重试" in task["error"]
+    assert len(posts) == 2 * (1 + pdf_parser.MAX_RETRIES)
+
+    with FakeMinerU(token="tok", mode="failed") as mineru:
+        queue_env(MINERU_API_TOKEN="tok", MINERU_BASE_URL=mineru.base_url, MINERU_POLL_INTERVAL_S="0.05")
+        [task_id] = upload(("z2.pdf", tiny_pdf()))
+        task = watch([task_id])[0][task_id]
+    assert (task["status"], task["attempts"]) == ("failed", 1)  # the file itself is refused: no retry
+    assert FAILED_MSG in task["error"]
+
+
+def test_a_queue_that_cannot_take_the_tasks_fails_them_with_a_reason(queue_env, monkeypatch):
+    queue_env()
+    queue = jobs._queue()
+
+    def broken(*args, **kwargs):
+        raise OSError("disk I/O error")
+
+    monkeypatch.setattr(queue.huey, "enqueue", broken)
+    with pytest.raises(StorageError, match="任务无法加入队列"):
+        upload(("a.md", MANUAL.format(name="星火 A1").encode()))
+    [task] = get_task_store().list()
+    assert task["status"] == "failed" and "导入任务没有排上队" in task["error"] and "disk I/O error" in task["error"]
