@@ -21,7 +21,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import httpx
 import psutil
 
 from api import sse
+from bench.cluster import free_port
 from bench.common import QA_FILE, BenchError, corpus_docs, md_table, percentiles, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,12 +66,6 @@ class SessionResult:
     session_id: str
     samples: list[Sample] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def process_rss_mb(proc: psutil.Process) -> float:
