@@ -48,8 +48,9 @@ class LocalCluster:
     """start() brings up Redis and the Milvus Lite server; add workers and apps as needed; close()
     stops everything it started. `env` is what every process of the cluster is given."""
 
-    def __init__(self, root: Path, *, lease_s: float = 3.0, import_workers: int = 1, extra_env: dict | None = None):
-        self.root = root
+    def __init__(self, root: Path, *, lease_s: float = 3.0, import_workers: int = 1, extra_env: dict | None = None,
+                 milvus: bool = True):
+        self.root, self.milvus = root, milvus
         self.data_dir = root / "data"
         self.redis_port, self.milvus_port = free_port(), free_port()
         self.env = {
@@ -77,6 +78,8 @@ class LocalCluster:
                              "--appendonly", "no", "--dir", str(self.root)], "redis")
         self._stores.append(redis)
         _wait_listening(self.redis_port, redis, "Redis")
+        if not self.milvus:
+            return self
         milvus = self._spawn([str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir",
                               str(self.root / "milvus"), "--host", "127.0.0.1", "--port", str(self.milvus_port)],
                              "milvus")

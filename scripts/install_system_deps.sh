@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # System packages the test suite needs: Ceph's RADOS gateway serves as the real S3 server
 # behind tests/test_object_store.py; Debian's Chromium (driven by Playwright, never `playwright install`)
-# and CJK + emoji fonts for the browser test. Idempotent: installs only what is missing.
+# and CJK + emoji fonts for the browser test; Redis (the queue of the multi-process tests and of
+# production, REDIS_URL). Idempotent: installs only what is missing.
 set -euo pipefail
 
-packages=(radosgw ceph-mon ceph-osd chromium chromium-driver fonts-noto-cjk fonts-noto-color-emoji)
+packages=(radosgw ceph-mon ceph-osd chromium chromium-driver fonts-noto-cjk fonts-noto-color-emoji redis-server)
 missing=()
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
