@@ -15,8 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_HINT = "apt-get install redis-server（或 bash scripts/install_system_deps.sh）"
 
@@ -130,14 +128,3 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def wait_healthy(base_url: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base_url}/api/health", timeout=30).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise ClusterError(f"{base_url} {timeout:g} 秒内没有就绪")
