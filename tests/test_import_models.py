@@ -288,7 +288,7 @@ def test_product_name_prompt_holds_the_first_three_chunks(fresh_data, llm, tmp_p
 
 def test_latin_product_name_stays_on_one_line(fresh_data, llm, tmp_path):
     llm.add_rule(NAME_PROMPT, "Milk-V\nDuo\t S")
-    result = run_import(write_md(tmp_path / "duo.md", "# Duo\n\nA tiny RISC-V board.\n"))
+    result = run_import(write_md(tmp_path / "duo.md", "# Duo S\n\nMilk-V Duo S, a tiny RISC-V board.\n"))
     assert result.item_name == "Milk-V Duo S"
     assert_consistent()
 
