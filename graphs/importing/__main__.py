@@ -10,8 +10,8 @@ from graphs.importing.runner import iter_import_files, run_import
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphs.importing", description="导入说明书（PDF / Markdown）到知识库")
-    parser.add_argument("paths", nargs="+", help="文件或文件夹（递归查找 .pdf / .md）")
+    parser = argparse.ArgumentParser(prog="python -m graphs.importing", description="导入说明书（PDF / Word / 网页 / 文本 / Markdown）到知识库")
+    parser.add_argument("paths", nargs="+", help="文件或文件夹（递归查找 .pdf / .docx / .html / .txt / .md）")
     parser.add_argument("--product", help="指定商品名（覆盖自动识别）")
     parser.add_argument("--json", action="store_true", help="每个文件输出一行 JSON")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     files = iter_import_files(args.paths)
     if not files:
-        print("没有找到可导入的 .pdf / .md 文件", file=sys.stderr)
+        print("没有找到可导入的 .pdf / .docx / .html / .txt / .md 文件", file=sys.stderr)
         return 2
     failed = 0
     for path in files:

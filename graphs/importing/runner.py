@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from graphs.importing.graph import build_import_graph
+from graphs.importing.nodes.entry import SUPPORTED
 from services.errors import ImportProcessError
 from services.object_store import get_object_store
 from services.task_store import get_task_store
@@ -19,7 +20,7 @@ from services.vector_store import eq_filter, get_vector_store
 
 log = logging.getLogger("import.runner")
 
-IMPORTABLE = {".pdf", ".md", ".markdown"}
+IMPORTABLE = set(SUPPORTED)
 
 
 @dataclass
@@ -45,7 +46,7 @@ class ImportResult:
 
 
 def iter_import_files(paths: list[str | Path]) -> list[Path]:
-    """Files and folders (recursively) -> the `.pdf` / `.md` files, in a stable order."""
+    """Files and folders (recursively) -> the importable files (SUPPORTED types), in a stable order."""
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)

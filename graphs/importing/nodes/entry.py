@@ -11,7 +11,11 @@ from services.errors import FileProcessingError, StateFieldError, ValidationErro
 from services.settings import get_settings
 from services.vector_store import get_vector_store
 
-SUPPORTED = {".pdf": "pdf", ".md": "md", ".markdown": "md"}
+SUPPORTED = {".pdf": "pdf", ".md": "md", ".markdown": "md", ".docx": "docx", ".html": "html", ".htm": "html",
+             ".txt": "txt"}
+# The first step after the check, by type: PDFs and the other formats are converted to Markdown first.
+FIRST_STEP = {"pdf": "node_pdf_to_md", "md": "node_md_img", "docx": "node_doc_to_md", "html": "node_doc_to_md",
+              "txt": "node_doc_to_md"}
 
 
 def doc_identity(path: Path, doc_key: str | None = None) -> tuple[str, str]:
@@ -24,14 +28,15 @@ def doc_identity(path: Path, doc_key: str | None = None) -> tuple[str, str]:
 
 
 def validate_file(path: Path, max_mb: int) -> str:
-    """The file's type ("pdf" | "md"), or a ValidationError saying in Chinese what is wrong."""
+    """The file's type (a SUPPORTED value), or a ValidationError saying in Chinese what is wrong."""
     if not path.exists():
         raise FileProcessingError(f"文件不存在：{path}")
     if not path.is_file():
         raise ValidationError(f"“{path}”不是文件（是文件夹？请用命令行导入整个文件夹）。")
     kind = SUPPORTED.get(path.suffix.lower())
     if kind is None:
-        raise ValidationError(f"不支持的文件类型“{path.suffix or '无扩展名'}”：目前只能导入 PDF 或 Markdown（.md）文件。")
+        raise ValidationError(f"不支持的文件类型“{path.suffix or '无扩展名'}”："
+                              "目前只能导入 PDF、Word（.docx）、网页（.html / .htm）、纯文本（.txt）或 Markdown（.md）文件。")
     size = path.stat().st_size
     if size == 0:
         raise ValidationError(f"文件“{path.name}”是空的（0 字节），没有可导入的内容。")
@@ -60,12 +65,9 @@ def node_entry(state: dict) -> dict:
         "file_type": kind, "file_title": path.stem, "doc_id": doc_id, "doc_key": doc_key,
         "work_dir": str(work_dir), "_summary": f"{path.name}（{kind.upper()}）",
     }
-    if kind == "pdf":
-        out["pdf_path"] = str(path)
-    else:
-        out["md_path"] = str(path)
+    out[{"pdf": "pdf_path", "md": "md_path"}.get(kind, "doc_path")] = str(path)
     return out
 
 
 def route_after_entry(state: dict) -> str:
-    return "node_pdf_to_md" if state.get("file_type") == "pdf" else "node_md_img"
+    return FIRST_STEP[state["file_type"]]
