@@ -115,11 +115,12 @@ def _check_docx(path: Path, max_bytes: int) -> None:
         if magic == OLE_MAGIC:  # an encrypted .docx is an OLE container; so is a Word 97-2003 file
             try:
                 encrypted = msoffcrypto.OfficeFile(f).is_encrypted()
-            except Exception as exc:
-                raise _fail(f"Word 文件已损坏或不是有效的 .docx 文件：{path.name}", exc) from exc
+            except Exception:  # an OLE container of another kind
+                encrypted = False
             if encrypted:
                 raise _fail(f"Word 文件已加密，无法解析：需要密码（{path.name}）。请去掉密码后重新导入。")
-            raise _fail(f"“{path.name}”是旧版 Word 97-2003 格式（.doc），请在 Word 里另存为 .docx 后再导入。")
+            raise _fail(f"“{path.name}”不是 .docx 格式（可能是旧版 Word 97-2003 的 .doc 文件），"
+                        "请在 Word 里另存为 .docx 后再导入。")
     try:
         with zipfile.ZipFile(path) as archive:
             unpacked = sum(info.file_size for info in archive.infolist())

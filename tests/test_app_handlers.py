@@ -311,7 +311,7 @@ async def test_starters_follow_the_knowledge_base(product_of, own_data):
 # -- attachments ----------------------------------------------------------------------------
 async def test_unsupported_too_big_and_empty_files_are_refused(own_data, tmp_path, env):
     env(MAX_UPLOAD_MB=1)
-    notes = tmp_path / "notes.txt"
+    notes = tmp_path / "notes.csv"
     notes.write_text("不是说明书", encoding="utf-8")
     empty = tmp_path / "empty.md"
     empty.write_bytes(b"")
@@ -321,16 +321,16 @@ async def test_unsupported_too_big_and_empty_files_are_refused(own_data, tmp_pat
     await s.start()
     await s.send("", [notes, empty, big])
     messages = {m["output"].split("》")[0]: m["output"] for m in await s.wait_imports(3)}
-    assert "不支持的文件类型“.txt”" in messages["❌ 《notes.txt"]
+    assert "不支持的文件类型“.csv”" in messages["❌ 《notes.csv"]
     assert "是空的（0 字节）" in messages["❌ 《empty.md"]
     assert "超过了 1 MB 的上限" in messages["❌ 《big.md"]
     assert not list((get_settings().data_dir / "uploads").rglob("*.*"))  # nothing kept
     assert get_vector_store().count() == 0
     # a thread opened by files alone gets a name for the sidebar
     named = [d for _, n, d in s.emitter.events if n == "first_interaction"]
-    assert named == [{"interaction": "导入：notes.txt、empty.md、big.md", "thread_id": s.thread_id}]
+    assert named == [{"interaction": "导入：notes.csv、empty.md、big.md", "thread_id": s.thread_id}]
     thread = await HistoryDataLayer().get_thread(s.thread_id)
-    assert thread and thread["name"] == "导入：notes.txt、empty.md、big.md"
+    assert thread and thread["name"] == "导入：notes.csv、empty.md、big.md"
 
 
 async def test_import_then_question_and_rename(own_data, product_of):
@@ -480,10 +480,13 @@ def test_upload_settings_take_manuals_only_up_to_the_cap():
     def upload(name: str, mime: str, size: int = 10) -> UploadFile:
         return UploadFile(io.BytesIO(b"x"), filename=name, size=size, headers=Headers({"content-type": mime}))
     for name, mime in [("a.md", "text/markdown"), ("a.md", "application/octet-stream"),
-                       ("a.PDF", "application/pdf"), ("a.markdown", "text/x-markdown")]:
+                       ("a.PDF", "application/pdf"), ("a.markdown", "text/x-markdown"),
+                       ("a.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
+                       ("a.docx", "application/octet-stream"), ("a.html", "text/html"), ("a.HTM", "text/html"),
+                       ("a.txt", "text/plain")]:
         validate_file_upload(upload(name, mime))
-    for name, mime in [("a.txt", "text/plain"), ("a.exe", "application/octet-stream"),
-                       ("a.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document")]:
+    for name, mime in [("a.csv", "text/csv"), ("a.exe", "application/octet-stream"), ("a.doc", "application/msword"),
+                       ("a.js", "text/javascript"), ("a.html", "text/plain")]:
         with pytest.raises(ValueError, match="File type not allowed"):
             validate_file_upload(upload(name, mime))
     with pytest.raises(ValueError, match="File size too large"):
