@@ -99,12 +99,14 @@ MC_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fall
 A_BLIP = "{http://schemas.openxmlformats.org/drawingml/2006/main}blip"
 V_IMAGEDATA = "{urn:schemas-microsoft-com:vml}imagedata"
 W_T, W_TAB, W_BR, W_CR = qn("w:t"), qn("w:tab"), qn("w:br"), qn("w:cr")
+W_P, W_TBL, W_SDT = qn("w:p"), qn("w:tbl"), qn("w:sdt")
 WP_DOCPR = qn("wp:docPr")
 DOCX_LEAVES = {W_T, W_TAB, W_BR, W_CR, WP_DOCPR, A_BLIP, V_IMAGEDATA}
 # Built-in styles are stored under their English names; WPS and localised templates use Chinese.
 HEADING_STYLE = re.compile(r"^(?:heading|标题)\s*([1-9])$", re.IGNORECASE)
 TITLE_STYLES = {"title", "标题"}
 CAPTION_STYLES = {"caption", "题注"}
+TOC_STYLE = re.compile(r"^(?:toc|目录)\s*\d$", re.IGNORECASE)
 
 
 def _check_docx(path: Path, max_bytes: int) -> None:
@@ -142,6 +144,23 @@ def _leaves(element) -> Iterator:
             yield child
         else:
             yield from _leaves(child)
+
+
+def _blocks(element, parent) -> Iterator[Paragraph | Table]:
+    """Paragraphs and tables in body order, those inside content controls (a cover page) too;
+    a table of contents is left out: it only repeats the headings."""
+    for child in element:
+        if child.tag == W_P:
+            paragraph = Paragraph(child, parent)
+            if not any(TOC_STYLE.match(name) for name in _style_names(paragraph)):
+                yield paragraph
+        elif child.tag == W_TBL:
+            yield Table(child, parent)
+        elif child.tag == W_SDT:
+            gallery = child.find(f"{qn('w:sdtPr')}/{qn('w:docPartObj')}/{qn('w:docPartGallery')}")
+            content = child.find(qn("w:sdtContent"))
+            if content is not None and (gallery is None or "contents" not in (gallery.get(qn("w:val")) or "").lower()):
+                yield from _blocks(content, parent)
 
 
 def _style_names(paragraph: Paragraph) -> list[str]:
@@ -221,7 +240,7 @@ class _DocxWriter:
         return "\n".join(lines)
 
     def body(self) -> str:
-        blocks = list(self.document.iter_inner_content())
+        blocks = list(_blocks(self.document.element.body, self.document._body))
         title_offset = int(any(_has_style(b, TITLE_STYLES) for b in blocks))
         out = []
         for i, block in enumerate(blocks):

@@ -15,6 +15,8 @@ from pathlib import Path
 import docx
 import markdown
 import pytest
+from docx.enum.style import WD_STYLE_TYPE
+from docx.oxml import parse_xml
 
 from api_fixtures import api, api_server, wait_task  # noqa: F401  (fixtures)
 from conftest import CORPUS, ROOT
@@ -75,6 +77,31 @@ def test_word_headings_tables_pictures_and_lists(tmp_path):
     assert "- 插座额定电流不低于 10A。\n- 不要空锅加热。" in md
     assert (out / "images" / "image-001.png").read_bytes() == PANEL_PNG.read_bytes()
     assert (out / "images" / "image-002.png").read_bytes() == BACK_PNG.read_bytes()
+
+
+def test_word_table_of_contents_is_left_out_content_controls_are_kept(tmp_path):
+    """Word's generated table of contents (a gallery content control, or paragraphs in TOC styles)
+    repeats the headings; a cover page inside a plain content control is the manual's text."""
+    doc = docx.Document()
+    toc_style = doc.styles.add_style("toc 1", WD_STYLE_TYPE.PARAGRAPH)
+    w = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+
+    def control(gallery: str, text: str):
+        part = f'<w:docPartObj><w:docPartGallery w:val="{gallery}"/></w:docPartObj>' if gallery else ""
+        return parse_xml(f'<w:sdt {w}><w:sdtPr>{part}</w:sdtPr><w:sdtContent><w:p><w:r><w:t>{text}</w:t></w:r></w:p>'
+                         '</w:sdtContent></w:sdt>')
+
+    body = doc.element.body
+    body.insert(0, control("Cover Pages", f"{WORD_PRODUCT} 封面"))
+    body.insert(1, control("Table of Contents", "目录：产品外观 ........ 3"))
+    doc.add_paragraph("产品外观 ........ 3", style=toc_style)
+    doc.add_heading("产品外观", 1)
+    doc.add_paragraph("控制面板位于炉面前方。")
+    doc.save(tmp_path / "toc.docx")
+    converted = convert_to_markdown(tmp_path / "toc.docx", "docx", tmp_path / "out", max_bytes=10 << 20,
+                                    resolve_image=NO_IMAGES)
+    md = converted.md_path.read_text(encoding="utf-8")
+    assert md == f"{WORD_PRODUCT} 封面\n\n# 产品外观\n\n控制面板位于炉面前方。\n"
 
 
 def test_web_page_keeps_the_content_and_drops_the_site_chrome(tmp_path):
