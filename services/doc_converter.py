@@ -14,7 +14,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
-from urllib.parse import quote
+from urllib.parse import quote, unquote_to_bytes
 
 import docx
 import msoffcrypto
@@ -25,7 +25,7 @@ from docx.text.paragraph import Paragraph
 from markdownify import MarkdownConverter
 
 from services.errors import DocumentConversionError
-from services.text_files import read_text
+from services.text_files import BOMS, decode_bytes, read_text
 
 NODE = "node_doc_to_md"
 # A local image reference as the source wrote it -> the file it names, or None where it may not be
@@ -281,18 +281,21 @@ def _docx(path: Path, out_dir: Path, *, max_bytes: int, **_) -> Converted:
 
 # --- HTML ----------------------------------------------------------------------------------------
 
+# Not <form>: some sites wrap the whole page in one.  Not hidden elements: tab panes of a spec
+# sheet are hidden until clicked.
 DROP_TAGS = ["script", "style", "noscript", "template", "iframe", "object", "embed", "canvas", "svg",
-             "form", "button", "input", "select", "textarea", "nav", "aside", "dialog", "link", "meta"]
+             "button", "input", "select", "textarea", "nav", "aside", "dialog", "link", "meta"]
 DROP_ROLES = {"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar", "dialog"}
 # class / id words of site chrome; "header" and "footer" only outside the main content, where
 # an article's own header holds its title
 CHROME_WORDS = {"nav", "navbar", "navigation", "menu", "sidebar", "sidenav", "breadcrumb", "breadcrumbs",
                 "toc", "cookie", "cookies", "share", "social", "pagination", "pager", "related", "comments",
                 "advert", "ads", "skip"}
-PAGE_CHROME_WORDS = CHROME_WORDS | {"header", "footer", "topbar", "banner"}
+PAGE_CHROME_WORDS = CHROME_WORDS | {"header", "footer", "topbar"}
 # A block of several links that are nearly all its text is a menu, whatever its markup.
 LINK_BLOCK_MIN_LINKS = 3
 LINK_BLOCK_MIN_SHARE = 0.7
+DECLARED_CHARSET = re.compile(rb"<meta[^>]+charset\s*=\s*[\"']?([A-Za-z0-9_-]+)", re.IGNORECASE)
 DATA_IMAGE = re.compile(r"^data:image/([\w.+-]+)(;base64)?,(.*)$", re.IGNORECASE | re.DOTALL)
 IMAGE_TYPES = {"png": ".png", "jpeg": ".jpg", "jpg": ".jpg", "gif": ".gif", "webp": ".webp", "bmp": ".bmp",
                "svg+xml": ".svg"}
@@ -305,12 +308,6 @@ def _words(tag: Tag) -> set[str]:
             words.update(w for w in re.split(r"[^a-z0-9]+", name) if w)
             words.add(re.sub(r"[^a-z0-9]+", "", name))
     return words
-
-
-def _hidden(tag: Tag) -> bool:
-    style = re.sub(r"\s+", "", str(tag.get("style") or "")).lower()
-    return (tag.has_attr("hidden") or str(tag.get("aria-hidden") or "").lower() == "true"
-            or "display:none" in style or "visibility:hidden" in style)
 
 
 def _main_content(soup: BeautifulSoup) -> tuple[Tag, bool]:
@@ -334,9 +331,10 @@ def _strip_chrome(root: Tag, marked: bool) -> None:
     for tag in root.find_all(True):
         if tag.decomposed:
             continue
-        if _hidden(tag) or str(tag.get("role") or "").lower() in DROP_ROLES or _words(tag) & words:
+        if str(tag.get("role") or "").lower() in DROP_ROLES or _words(tag) & words:
             tag.decompose()
-    for tag in root.find_all(["ul", "ol", "div", "section", "p", "dl"]):
+    # Innermost first: once a menu is gone, the block around it is judged on what is left.
+    for tag in reversed(root.find_all(["ul", "ol", "div", "section", "p", "dl"])):
         if tag.decomposed:
             continue
         links = tag.find_all("a")
@@ -368,7 +366,7 @@ def _relink_images(root: Tag, images: _Images, resolve_image: ImageResolver) -> 
             kind, is_base64, payload = embedded.groups()
             suffix = IMAGE_TYPES.get(kind.lower())
             try:
-                data = base64.b64decode(payload, validate=False) if is_base64 else payload.encode("utf-8")
+                data = base64.b64decode(payload, validate=False) if is_base64 else unquote_to_bytes(payload)
             except (binascii.Error, ValueError):
                 data = b""
             if suffix is None or not data:
@@ -394,8 +392,24 @@ class _Markdown(MarkdownConverter):
                          keep_inline_images_in=["td", "th", "a", "span", "strong", "em", "b", "i", "li"])
 
 
+def _read_page(path: Path) -> str:
+    """A page in the charset it declares (Big5, Shift_JIS... are not guessed right), else decoded
+    like any text file."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise _fail(f"无法读取文件 {path.name}：{exc}", exc) from exc
+    declared = DECLARED_CHARSET.search(raw[:4096])
+    if declared and not any(raw.startswith(bom) for bom, _codec in BOMS):
+        try:
+            return raw.decode(declared.group(1).decode("ascii"))
+        except (LookupError, UnicodeDecodeError):  # unknown or wrong declaration (GB2312 holding GBK)
+            pass
+    return decode_bytes(raw, path.name)
+
+
 def _html(path: Path, out_dir: Path, *, resolve_image: ImageResolver, **_) -> Converted:
-    soup = BeautifulSoup(read_text(path), "lxml")
+    soup = BeautifulSoup(_read_page(path), "lxml")
     page_title = soup.title.get_text(" ", strip=True) if soup.title else ""
     had_text = bool(re.search(r"\w", (soup.body or soup).get_text(" ", strip=True)))
     root, marked = _main_content(soup)

@@ -56,6 +56,15 @@ def failed_with(result, node: str, *phrases: str) -> None:
         assert phrase in result.error, result.error
 
 
+def assert_refused(path: Path, node: str, *phrases: str) -> None:
+    """Importing `path` fails at `node`, saying every phrase, and leaves nothing behind."""
+    from graphs.importing.runner import run_import
+
+    result = run_import(path)
+    failed_with(result, node, *phrases)
+    nothing_written(result)
+
+
 def store():
     return get_vector_store(get_settings())
 

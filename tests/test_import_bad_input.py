@@ -11,8 +11,8 @@ import services.vector_store as vector_store
 from conftest import CORPUS
 from graphs.importing.runner import run_import
 from import_fixtures import (  # noqa: F401 - fresh_data, refusal_data and refusal_dir are fixtures
-    Killed, assert_consistent, doc_chunks, failed_with, fresh_data, name_rows, nothing_written, refusal_data,
-    refusal_dir, store, write_md,
+    Killed, assert_consistent, assert_refused, doc_chunks, failed_with, fresh_data, name_rows, nothing_written,
+    refusal_data, refusal_dir, store, write_md,
 )
 from services.embeddings import get_embedder
 from services.object_store import local_images_root
@@ -58,9 +58,7 @@ LONG_MANUAL = "# 苏伯尓 C21 电磁炉\n\n" + "".join(
 def test_refused_files(refusal_data, tmp_path, name, data, node, phrases):
     path = tmp_path / name
     path.write_bytes(data)
-    result = run_import(path)
-    failed_with(result, node, *phrases)
-    nothing_written(result)
+    assert_refused(path, node, *phrases)
 
 
 def test_missing_file_and_empty_path(refusal_data, tmp_path):

@@ -24,7 +24,7 @@ from graphs.importing.nodes.md_img import find_images, image_root, resolve_image
 from graphs.importing.runner import run_import
 from graphs.query.runner import run_query
 from import_fixtures import (  # noqa: F401  (fixtures)
-    assert_consistent, doc_chunks, failed_with, fresh_data, nothing_written, refusal_data, refusal_dir, write_md,
+    assert_consistent, assert_refused, doc_chunks, fresh_data, refusal_data, refusal_dir, write_md,
 )
 from manual_files import (
     BACK_PNG, PANEL_PNG, SITE_CHROME, WEB_PRODUCT, WORD_PRODUCT, data_uri, encrypted, web_manual, word_manual,
@@ -154,6 +154,18 @@ def test_web_page_shaped_differently_a_rendered_corpus_manual(tmp_path):
     assert "IO24" in md and "人脸识别" in md
 
 
+def test_web_page_in_a_declared_charset_with_a_big_menu_around_short_content(tmp_path):
+    """A Big5 page (not guessable: GB18030 decodes it too, wrongly) whose one wrapper holds a long
+    menu and a short text: the menu goes, the text stays."""
+    menu = "".join(f'<li><a href="/p/{n}">產品分類 {n}</a></li>' for n in range(30))
+    page = tmp_path / "big5.html"
+    page.write_bytes(f"""<html><head><meta http-equiv="Content-Type" content="text/html; charset=big5"></head>
+<body><div class="wrap"><ul>{menu}</ul><h1>蘇伯爾 C25 電磁爐</h1><p>額定功率 2500W。</p></div></body></html>
+""".encode("big5"))
+    converted = convert_to_markdown(page, "html", tmp_path / "out", max_bytes=10 << 20, resolve_image=NO_IMAGES)
+    assert converted.md_path.read_text(encoding="utf-8") == "# 蘇伯爾 C25 電磁爐\n\n額定功率 2500W。\n"
+
+
 def test_sanitize_text():
     decomposed = unicodedata.normalize("NFD", "café 电磁炉")
     raw = (f"{decomposed}\u200b\u00ad\u202e|\ue000\U000f0001\x07\x1b[0m|\ufeff\r\n"
@@ -261,9 +273,7 @@ ONLY_CHROME = f"""<html><head><title>苏伯尓</title></head><body><nav><a href=
 def test_refused_files(refusal_data, tmp_path, name, data, node, phrases):
     path = tmp_path / name
     path.write_bytes(data)
-    result = run_import(path)
-    failed_with(result, node, *phrases)
-    nothing_written(result)
+    assert_refused(path, node, *phrases)
 
 
 def test_broken_word_files(refusal_data, tmp_path):
@@ -275,32 +285,24 @@ def test_broken_word_files(refusal_data, tmp_path):
         z.writestr("[Content_Types].xml", "<Types/>")
         z.writestr("xl/workbook.xml", "<workbook/>")
     for path in (truncated, other_zip):
-        result = run_import(path)
-        failed_with(result, "node_doc_to_md", "Word 文件已损坏", path.name)
-        nothing_written(result)
+        assert_refused(path, "node_doc_to_md", "Word 文件已损坏", path.name)
 
 
 def test_encrypted_word_file(refusal_data, tmp_path):
     locked = encrypted(tmp_path / "加密.docx", word_manual(tmp_path / "plain.docx"))
-    result = run_import(locked)
-    failed_with(result, "node_doc_to_md", "已加密", "需要密码")
-    nothing_written(result)
+    assert_refused(locked, "node_doc_to_md", "已加密", "需要密码")
     # another OLE container (the old .doc format is one) under a .docx name
     other = tmp_path / "旧格式.docx"
     other.write_bytes(locked.read_bytes().replace("EncryptionInfo".encode("utf-16-le"),
                                                   "EncryptionInfX".encode("utf-16-le")))
-    result = run_import(other)
-    failed_with(result, "node_doc_to_md", "不是 .docx 格式", "另存为 .docx")
-    nothing_written(result)
+    assert_refused(other, "node_doc_to_md", "不是 .docx 格式", "另存为 .docx")
 
 
 def test_word_file_with_only_a_picture_uploads_nothing(refusal_data, tmp_path):
     doc = docx.Document()
     doc.add_picture(str(PANEL_PNG))
     doc.save(tmp_path / "只有图片.docx")
-    result = run_import(tmp_path / "只有图片.docx")
-    failed_with(result, "node_md_img", "只有图片.docx", "没有任何文字内容")
-    nothing_written(result)
+    assert_refused(tmp_path / "只有图片.docx", "node_md_img", "只有图片.docx", "没有任何文字内容")
 
 
 def test_too_big_word_file_and_page(refusal_data, env, tmp_path):
@@ -309,14 +311,10 @@ def test_too_big_word_file_and_page(refusal_data, env, tmp_path):
     with zipfile.ZipFile(bomb, "a", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr("word/media/padding.bin", b"\0" * (6 * 1024 * 1024))  # a few KB packed
     assert bomb.stat().st_size < 1024 * 1024
-    result = run_import(bomb)
-    failed_with(result, "node_doc_to_md", "解压后有", "超过了 5 MB 的上限")
-    nothing_written(result)
+    assert_refused(bomb, "node_doc_to_md", "解压后有", "超过了 5 MB 的上限")
     page = tmp_path / "大网页.html"
     page.write_text("<html><body>" + "<p>很长的说明文字。</p>" * 80000 + "</body></html>", encoding="utf-8")
-    result = run_import(page)
-    failed_with(result, "node_entry", "超过了 1 MB 的上限", "大网页.html")
-    nothing_written(result)
+    assert_refused(page, "node_entry", "超过了 1 MB 的上限", "大网页.html")
 
 
 def test_uploaded_page_and_text_cannot_publish_files_outside_their_folder(env, tmp_path):
