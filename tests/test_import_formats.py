@@ -2,6 +2,7 @@
 their pictures; every bad input refused in Chinese with nothing written; text sanitised on the way in."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from docx.oxml import parse_xml
 from api_fixtures import api, api_server, wait_task  # noqa: F401  (fixtures)
 from conftest import CORPUS, ROOT
 from graphs.importing.nodes.md_img import find_images, image_root, resolve_image
-from graphs.importing.runner import run_import
+from graphs.importing import run_import, stage_uploads
 from graphs.query.runner import run_query
 from import_fixtures import (  # noqa: F401  (fixtures)
     assert_consistent, assert_refused, doc_chunks, fresh_data, refusal_data, refusal_dir, write_md,
@@ -324,18 +325,16 @@ def test_uploaded_page_and_text_cannot_publish_files_outside_their_folder(env, t
     secret = settings.data_dir / "secret.png"
     secret.parent.mkdir(parents=True, exist_ok=True)
     secret.write_bytes(PNG_BYTES)
-    folder = settings.data_dir / "uploads" / "20261201" / "task1"
-    folder.mkdir(parents=True)
-    page = folder / "page.html"
-    page.write_text(f'<html><body><h1>{WEB_PRODUCT}</h1><p>说明文字足够长，用来导入。</p>'
-                    f'<img src="../../../secret.png" alt="偷图"><img src="{data_uri(BACK_PNG)}" alt="背面">'
-                    '</body></html>', encoding="utf-8")
-    text = folder / "note.txt"
-    text.write_text(f"{WORD_PRODUCT} 说明\n\n正文足够长，用来导入。\n\n![偷图](../../../../secret.png)\n"
-                    "![偷图](../../../../../secret.png)\n", encoding="utf-8")
-    html_result = run_import(page, doc_key="upload:page.html:abc")
+    page = (f'<html><body><h1>{WEB_PRODUCT}</h1><p>说明文字足够长，用来导入。</p>'
+            f'<img src="../../../secret.png" alt="偷图"><img src="{data_uri(BACK_PNG)}" alt="背面"></body></html>')
+    # the converted text lands in {DATA_DIR}/work/{key}/txt/: three levels up is the data dir
+    text = f"{WORD_PRODUCT} 说明\n\n正文足够长，用来导入。\n\n![偷图](../../../secret.png)\n"
+    html_staged, text_staged = stage_uploads([("page.html", io.BytesIO(page.encode("utf-8"))),
+                                              ("note.txt", io.BytesIO(text.encode("utf-8")))], settings)
+    assert html_staged.path.parent.parent.parent == settings.data_dir / "uploads"  # the link reaches data/
+    html_result = run_import(html_staged.path, staged=html_staged)
     assert html_result.status == "completed", html_result.error
     assert (html_result.images_uploaded, html_result.missing_images) == (1, ["../../../secret.png"])
-    text_result = run_import(text, doc_key="upload:note.txt:abc")
+    text_result = run_import(text_staged.path, staged=text_staged)
     assert text_result.status == "completed", text_result.error
-    assert text_result.images_uploaded == 0 and len(text_result.missing_images) == 2
+    assert (text_result.images_uploaded, text_result.missing_images) == (0, ["../../../secret.png"])
