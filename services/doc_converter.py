@@ -19,6 +19,7 @@ from urllib.parse import quote, unquote_to_bytes
 import docx
 import msoffcrypto
 from bs4 import BeautifulSoup, Tag
+from docx.enum.style import WD_STYLE_TYPE
 from docx.oxml.ns import qn
 from docx.table import Table
 from docx.text.paragraph import Paragraph
@@ -146,13 +147,57 @@ def _leaves(element) -> Iterator:
             yield from _leaves(child)
 
 
-def _blocks(element, parent) -> Iterator[Paragraph | Table]:
+class _Styles:
+    """Each paragraph style's name and the names it is based on, lower-cased, read once
+    (python-docx looks a paragraph's style up by scanning every style, each time it is asked)."""
+
+    def __init__(self, document):
+        by_id = {s.style_id: s for s in document.styles if s.type == WD_STYLE_TYPE.PARAGRAPH}
+        self.chains: dict[str, list[str]] = {}
+        for style_id, style in by_id.items():
+            names = []
+            while style is not None and len(names) < 20:  # a loop of base styles ends somewhere
+                names.append((style.name or "").strip().lower())
+                style = style.base_style
+            self.chains[style_id] = names
+        default = document.styles.default(WD_STYLE_TYPE.PARAGRAPH)
+        self.default = self.chains.get(default.style_id, []) if default is not None else []
+
+    def names(self, block) -> list[str]:
+        if not isinstance(block, Paragraph):
+            return []
+        ref = block._p.find(f"{qn('w:pPr')}/{qn('w:pStyle')}")
+        return self.chains.get(ref.get(qn("w:val")), self.default) if ref is not None else self.default
+
+    def has(self, block, wanted: set[str]) -> bool:
+        return any(n in wanted for n in self.names(block))
+
+    def heading_level(self, paragraph: Paragraph, title_offset: int) -> int:
+        """1-6 for a heading (Word style or outline level), 0 for body text.  Below a document
+        title (the Title style) every heading moves one level down."""
+        if self.has(paragraph, TITLE_STYLES):
+            return 1
+        for name in self.names(paragraph):
+            m = HEADING_STYLE.match(name)
+            if m:
+                return min(6, int(m.group(1)) + title_offset)
+        outline = paragraph._p.find(f"{qn('w:pPr')}/{qn('w:outlineLvl')}")
+        level = int(outline.get(qn("w:val"), "9")) if outline is not None else 9
+        return min(6, level + 1 + title_offset) if level < 9 else 0
+
+    def is_list_item(self, paragraph: Paragraph) -> bool:
+        own = self.names(paragraph)[:1]
+        return paragraph._p.find(f"{qn('w:pPr')}/{qn('w:numPr')}") is not None or bool(
+            own and own[0].startswith("list"))
+
+
+def _blocks(element, parent, styles: _Styles) -> Iterator[Paragraph | Table]:
     """Paragraphs and tables in body order, those inside content controls (a cover page) too;
     a table of contents is left out: it only repeats the headings."""
     for child in element:
         if child.tag == W_P:
             paragraph = Paragraph(child, parent)
-            if not any(TOC_STYLE.match(name) for name in _style_names(paragraph)):
+            if not any(TOC_STYLE.match(name) for name in styles.names(paragraph)):
                 yield paragraph
         elif child.tag == W_TBL:
             yield Table(child, parent)
@@ -160,39 +205,14 @@ def _blocks(element, parent) -> Iterator[Paragraph | Table]:
             gallery = child.find(f"{qn('w:sdtPr')}/{qn('w:docPartObj')}/{qn('w:docPartGallery')}")
             content = child.find(qn("w:sdtContent"))
             if content is not None and (gallery is None or "contents" not in (gallery.get(qn("w:val")) or "").lower()):
-                yield from _blocks(content, parent)
-
-
-def _style_names(paragraph: Paragraph) -> list[str]:
-    names, style = [], paragraph.style
-    while style is not None:
-        names.append((style.name or "").strip())
-        style = style.base_style
-    return names
-
-
-def _has_style(block, names: set[str]) -> bool:
-    return isinstance(block, Paragraph) and any(n.lower() in names for n in _style_names(block))
-
-
-def _heading_level(paragraph: Paragraph, title_offset: int) -> int:
-    """1-6 for a heading (Word style or outline level), 0 for body text.  Below a document title
-    (the Title style) every heading moves one level down."""
-    if _has_style(paragraph, TITLE_STYLES):
-        return 1
-    for name in _style_names(paragraph):
-        m = HEADING_STYLE.match(name)
-        if m:
-            return min(6, int(m.group(1)) + title_offset)
-    outline = paragraph._p.find(f"{qn('w:pPr')}/{qn('w:outlineLvl')}")
-    level = int(outline.get(qn("w:val"), "9")) if outline is not None else 9
-    return min(6, level + 1 + title_offset) if level < 9 else 0
+                yield from _blocks(content, parent, styles)
 
 
 class _DocxWriter:
     def __init__(self, document, images: _Images):
         self.document = document
         self.images = images
+        self.styles = _Styles(document)
         self.tables = 0
 
     def inline(self, p_element, caption: str = "") -> str:
@@ -240,8 +260,9 @@ class _DocxWriter:
         return "\n".join(lines)
 
     def body(self) -> str:
-        blocks = list(_blocks(self.document.element.body, self.document._body))
-        title_offset = int(any(_has_style(b, TITLE_STYLES) for b in blocks))
+        styles = self.styles
+        blocks = list(_blocks(self.document.element.body, self.document._body, styles))
+        title_offset = int(any(styles.has(b, TITLE_STYLES) for b in blocks))
         out = []
         for i, block in enumerate(blocks):
             if isinstance(block, Table):
@@ -249,15 +270,14 @@ class _DocxWriter:
                 continue
             following = blocks[i + 1] if i + 1 < len(blocks) else None
             # Word's own caption paragraph under a picture describes it when the picture has no alt text
-            caption = following.text.strip() if _has_style(following, CAPTION_STYLES) else ""
+            caption = following.text.strip() if styles.has(following, CAPTION_STYLES) else ""
             text = self.inline(block._p, caption).strip()
             if not text:
                 continue
-            level = _heading_level(block, title_offset)
+            level = styles.heading_level(block, title_offset)
             if level and "![" not in text:
                 out.append("#" * level + " " + " ".join(text.split()))
-            elif block._p.find(f"{qn('w:pPr')}/{qn('w:numPr')}") is not None or any(
-                    n.lower().startswith("list") for n in _style_names(block)[:1]):
+            elif styles.is_list_item(block):
                 if out and out[-1].startswith("- "):  # one list, not one list per item
                     out[-1] += "\n- " + text
                 else:
