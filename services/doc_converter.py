@@ -18,7 +18,8 @@ from urllib.parse import quote, unquote_to_bytes
 
 import docx
 import msoffcrypto
-from bs4 import BeautifulSoup, Tag
+from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4.element import PreformattedString
 from docx.enum.style import WD_STYLE_TYPE
 from docx.oxml.ns import qn
 from docx.table import Table
@@ -313,6 +314,7 @@ CHROME_WORDS = {"nav", "navbar", "navigation", "menu", "sidebar", "sidenav", "br
                 "advert", "ads", "skip"}
 PAGE_CHROME_WORDS = CHROME_WORDS | {"header", "footer", "topbar"}
 # A block of several links that are nearly all its text is a menu, whatever its markup.
+LINK_BLOCK_TAGS = {"ul", "ol", "div", "section", "p", "dl"}
 LINK_BLOCK_MIN_LINKS = 3
 LINK_BLOCK_MIN_SHARE = 0.7
 DECLARED_CHARSET = re.compile(rb"<meta[^>]+charset\s*=\s*[\"']?([A-Za-z0-9_-]+)", re.IGNORECASE)
@@ -353,15 +355,27 @@ def _strip_chrome(root: Tag, marked: bool) -> None:
             continue
         if str(tag.get("role") or "").lower() in DROP_ROLES or _words(tag) & words:
             tag.decompose()
-    # Innermost first: once a menu is gone, the block around it is judged on what is left.
-    for tag in reversed(root.find_all(["ul", "ol", "div", "section", "p", "dl"])):
-        if tag.decomposed:
+    _drop_link_blocks(root)
+
+
+def _drop_link_blocks(tag: Tag) -> tuple[int, int, int]:
+    """(text characters, link-text characters, links) of `tag` once the menus inside it are gone.
+    Innermost first, in one pass: once a menu is gone, the block around it is judged on what is left."""
+    text = linked = links = 0
+    for child in list(tag.children):
+        if isinstance(child, NavigableString):
+            text += 0 if isinstance(child, PreformattedString) else len(child.strip())  # comments are no text
             continue
-        links = tag.find_all("a")
-        text = len(tag.get_text("", strip=True))
-        linked = sum(len(a.get_text("", strip=True)) for a in links)
-        if len(links) >= LINK_BLOCK_MIN_LINKS and text and linked / text >= LINK_BLOCK_MIN_SHARE:
-            tag.decompose()
+        if not isinstance(child, Tag):
+            continue
+        t, k_text, k = _drop_link_blocks(child)
+        if child.name == "a":
+            k_text, k = t, k + 1
+        if child.name in LINK_BLOCK_TAGS and k >= LINK_BLOCK_MIN_LINKS and t and k_text / t >= LINK_BLOCK_MIN_SHARE:
+            child.decompose()
+            continue
+        text, linked, links = text + t, linked + k_text, links + k
+    return text, linked, links
 
 
 def _image_alt(img: Tag) -> str:
