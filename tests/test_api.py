@@ -343,7 +343,7 @@ def test_upload_validation_rejects_the_whole_batch(api, env, tmp_path, monkeypat
     settings = env(DATA_DIR=str(tmp_path / "data"), MAX_UPLOAD_MB="1")
     good = ("ok.md", b"# ok\n\ncontent")
     cases = {
-        "不支持的文件类型“.txt”": _files(good, ("notes.txt", b"hello")),
+        "不支持的文件类型“.csv”": _files(good, ("notes.csv", b"hello")),
         "是空的（0 字节）": _files(good, ("empty.md", b"")),
         "超过了 1 MB 的上限": _files(good, ("big.pdf", b"%PDF" + b"0" * (1024 * 1024 + 10))),
         "不支持的文件类型“无扩展名”": _files(("..", b"# dots only")),

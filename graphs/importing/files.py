@@ -19,7 +19,8 @@ from services.errors import FileProcessingError, ImportProcessError, ValidationE
 from services.object_store import get_object_store
 from services.settings import Settings
 
-SUPPORTED = {".pdf": "pdf", ".md": "md", ".markdown": "md"}
+SUPPORTED = {".pdf": "pdf", ".md": "md", ".markdown": "md", ".docx": "docx", ".html": "html", ".htm": "html",
+             ".txt": "txt"}
 MAX_FILES = 50  # a documentation site's pages arrive together, to be recognised as one set
 MAX_NAME_BYTES = 200
 UNSAFE_CHARS = re.compile(r'[<>:"|?*]')
@@ -47,14 +48,15 @@ def doc_identity(path: Path, doc_key: str | None = None) -> tuple[str, str]:
 
 
 def validate_file(path: Path, max_mb: int) -> str:
-    """The file's type ("pdf" | "md"), or a ValidationError saying in Chinese what is wrong."""
+    """The file's type (a SUPPORTED value), or a ValidationError saying in Chinese what is wrong."""
     if not path.exists():
         raise FileProcessingError(f"文件不存在：{path}")
     if not path.is_file():
         raise ValidationError(f"“{path}”不是文件（是文件夹？请用命令行导入整个文件夹）。")
     kind = SUPPORTED.get(path.suffix.lower())
     if kind is None:
-        raise ValidationError(f"不支持的文件类型“{path.suffix or '无扩展名'}”：目前只能导入 PDF 或 Markdown（.md）文件。")
+        raise ValidationError(f"不支持的文件类型“{path.suffix or '无扩展名'}”："
+                              "目前只能导入 PDF、Word（.docx）、网页（.html / .htm）、纯文本（.txt）或 Markdown（.md）文件。")
     size = path.stat().st_size
     if size == 0:
         raise ValidationError(f"文件“{path.name}”是空的（0 字节），没有可导入的内容。")
