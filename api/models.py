@@ -29,7 +29,9 @@ class TaskStatus(BaseModel):
     product: str | None = None
     done_list: list[str] = Field(default_factory=list, description="已完成的节点")
     running_list: list[str] = Field(default_factory=list, description="正在运行的节点")
-    error: str | None = None
+    error: str | None = Field(None, description="失败原因；pending 时是等待重试的原因")
+    progress: str | None = Field(None, description="长任务（重建索引）的进度")
+    attempts: int = Field(0, description="已开始的次数：暂时性故障或处理进程意外退出后会重试")
     item_name: str | None = None
     chunks: int | None = None
     created: float | None = None

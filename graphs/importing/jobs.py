@@ -35,7 +35,7 @@ def enqueue_set(staged: list[StagedFile], product: str | None = None, products: 
     """Queue the import of files that arrived together: one task each, their products decided across
     the set now. Returns the task ids; StorageError when the tasks could not be created or queued
     (the files are then not imported, and the tasks say so)."""
-    decisions = decide_products([item.path for item in staged], product=product, products=products)
+    decisions = decide_products([item.path for item in staged], product=product, products=products, staged=staged)
     tasks, set_id = get_task_store(), uuid.uuid4().hex
     for item, decided in zip(staged, decisions):
         job = {"kind": IMPORT, "staged": item.as_dict(), "set_id": set_id, "updated_by": updated_by, **decided}

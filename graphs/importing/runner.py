@@ -135,11 +135,13 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
 
 
 def decide_products(paths: list[Path], root: Path | None = None, product: str | None = None,
-                    products: dict[str, str] | None = None) -> list[dict]:
+                    products: dict[str, str] | None = None, staged: list[StagedFile] | None = None) -> list[dict]:
     """Per file of a set: the product to import it under (None: its own recognition decides), with
     product_source, product_evidence and how it was decided. `product` names one product for all,
-    `products` one per file (by path or file name); the rest is recognised across the set."""
-    plan = plan_set(paths, root) if not product else []
+    `products` one per file (by path or file name); the rest is recognised across the set (uploads
+    by the folders their client names carried)."""
+    carried = {str(f.path): f.folders for f in staged or [] if f.folders}
+    plan = plan_set(paths, root, carried or None) if not product else []
     by_path = {str(p.path): p for p in plan}
     out = []
     for path in paths:
@@ -161,7 +163,7 @@ def import_set(paths: list[Path], *, root: Path | None = None, product: str | No
     """Import files that arrived together, in this thread, their products decided across the set first."""
     set_id = uuid.uuid4().hex
     results = []
-    for i, (path, decided) in enumerate(zip(paths, decide_products(paths, root, product, products))):
+    for i, (path, decided) in enumerate(zip(paths, decide_products(paths, root, product, products, staged))):
         result = run_import(path, product=decided["product"], product_source=decided["product_source"],
                             product_evidence=decided["product_evidence"],
                             staged=staged[i] if staged else None, task_id=staged[i].task_id if staged else None,
