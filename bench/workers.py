@@ -68,14 +68,16 @@ def ask(client: httpx.Client, questions: list[str]) -> list[float]:
 
 def run_cluster(workers: int, files: list[Path], pages: int, warmup: Path, root: Path, timeout: float,
                 questions: list[str]) -> dict:
+    """`warmup` is only read; every copy this makes lies under `root` or beside `files` (a temporary folder)."""
+    root.mkdir(parents=True, exist_ok=True)
     with LocalCluster(root, lease_s=30) as cluster:
         for _ in range(workers):
             cluster.start_worker()
         base_url = cluster.start_app()
         with httpx.Client(base_url=base_url, timeout=120) as client:
             warm = wait_tasks(client, upload(client, [warmup]), time.monotonic() + 300)
-            for i in range(1, workers):  # one warm-up import per worker, one after the other's is running
-                copy = warmup.with_name(f"warm{i}{warmup.suffix}")
+            for i in range(1, workers):  # one warm-up import per worker, one after the other
+                copy = root / f"warm{i}{warmup.suffix}"
                 shutil.copyfile(warmup, copy)
                 warm += wait_tasks(client, upload(client, [copy]), time.monotonic() + 300)
             seconds, done = import_all(client, files, timeout)

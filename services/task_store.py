@@ -71,7 +71,7 @@ class TaskStore:
         query = {"task_id": task_id, "$or": [{"status": PENDING},
                                              {"status": PROCESSING, "lease_until": {"$lt": now}}]}
         update = {"$set": {"status": PROCESSING, "owner": owner_id(), "lease_until": now + lease_s, "updated": now,
-                           "running_list": [], "error": ""}, "$inc": {"attempts": 1}}
+                           "done_list": [], "running_list": [], "error": ""}, "$inc": {"attempts": 1}}
         with self._tasks("领取导入任务") as tasks:
             if not tasks.update_one(query, update).matched_count:
                 return None
@@ -119,21 +119,22 @@ class TaskStore:
         to rerun or no attempts left, fails (GIVE_UP). None when its lease was renewed meanwhile or
         another process handed it on first."""
         now = now_ts()
+        expired = {"task_id": task_id, "status": PROCESSING, "lease_until": {"$lt": now}}
         with self._tasks("转交过期的导入任务") as tasks:
-            doc = tasks.find_one({"task_id": task_id, "status": PROCESSING, "lease_until": {"$lt": now}})
+            doc = tasks.find_one(expired)
             if doc is None:
                 return None
             attempts = int(doc.get("attempts") or 0)
             if doc.get("job") and attempts < max_attempts:
-                tasks.update_one({"task_id": task_id}, {"$set": {
-                    "status": PENDING, "owner": "", "lease_until": None, "running_list": [], "updated": now,
-                    "error": f"处理进程意外退出，正在重试（已尝试 {attempts} 次）"}})
-                return RETRY
-            error = INTERRUPTED_ERROR if not doc.get("job") else \
-                f"处理进程意外退出，已尝试 {attempts} 次仍未完成，请重新导入"
-            tasks.update_one({"task_id": task_id}, {"$set": {
-                "status": FAILED, "error": error, "running_list": [], "lease_until": None, "updated": now}})
-            return GIVE_UP
+                outcome, update = RETRY, {"status": PENDING, "owner": "", "lease_until": None, "running_list": [],
+                                          "error": f"处理进程意外退出，正在重试（已尝试 {attempts} 次）"}
+            else:
+                outcome, update = GIVE_UP, {"status": FAILED, "running_list": [], "lease_until": None,
+                                            "error": INTERRUPTED_ERROR if not doc.get("job") else
+                                            f"处理进程意外退出，已尝试 {attempts} 次仍未完成，请重新导入"}
+            # conditional again: on MongoDB another process may have claimed or handed it on meanwhile
+            changed = tasks.update_one({**expired, "attempts": attempts}, {"$set": {**update, "updated": now}})
+            return outcome if changed.matched_count else None
 
     def node_started(self, task_id: str, node: str) -> None:
         self._update(task_id, {"$addToSet": {"running_list": node}}, "记录节点开始")
