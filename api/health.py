@@ -12,6 +12,7 @@ from services.history_store import get_database
 from services.object_store import get_object_store
 from services.reranker import get_reranker
 from services.settings import Settings
+from services.task_queue import get_task_queue
 from services.vector_store import get_vector_store
 
 CHECK_TIMEOUT_S = 5.0
@@ -62,12 +63,14 @@ async def health_report(settings: Settings) -> dict:
         _check(lambda: get_vector_store(settings), lambda v: v.backend, lambda v: v.ping()),
         _check(lambda: get_database(settings), lambda d: d.backend, lambda d: d.ping()),
         _check(lambda: get_object_store(settings), lambda o: o.backend, lambda o: o.ping()),
+        _check(lambda: get_task_queue(settings), lambda q: q.backend, lambda q: q.ping()),
         _check(lambda: get_embedder(settings), lambda e: e.name, lambda e: bool(e.embed_query(PROBE_TEXT)["dense"])),
         _check(lambda: get_reranker(settings), lambda r: r.name,
                lambda r: len(r.score(PROBE_TEXT, [{"content": PROBE_TEXT}])) == 1),
         _chat_model(settings),
     )
-    vector, history, objects, embedder, reranker, chat = checks
-    healthy = all(c["ok"] for c in checks[:5]) and chat["ok"] is not False
+    vector, history, objects, queue, embedder, reranker, chat = checks
+    healthy = all(c["ok"] for c in checks[:6]) and chat["ok"] is not False
     return {"status": "ok" if healthy else "degraded", "vector_store": vector, "history_store": history,
-            "object_store": objects, "models": {"embedder": embedder, "reranker": reranker, "chat": chat}}
+            "object_store": objects, "task_queue": queue,
+            "models": {"embedder": embedder, "reranker": reranker, "chat": chat}}

@@ -127,6 +127,7 @@ class Health(BaseModel):
     vector_store: Check
     history_store: Check
     object_store: Check
+    task_queue: Check = Field(description="导入队列：sqlite（本地）或 redis")
     models: ModelChecks
 
 

@@ -67,9 +67,13 @@ class TaskQueue:
         except Exception as exc:  # redis / sqlite errors alike: nothing was queued
             raise StorageError(f"任务无法加入队列（{self.describe()}不可用）：{exc}", cause=exc) from exc
 
-    def pending(self) -> int:
-        """Messages waiting (delayed retries not counted)."""
-        return self.huey.pending_count()
+    def ping(self) -> bool:
+        """True when the queue answers; StorageError saying why otherwise."""
+        try:
+            self.huey.pending_count()
+        except Exception as exc:
+            raise StorageError(f"{self.describe()}不可用：{exc}", cause=exc) from exc
+        return True
 
     def consumer(self, workers: int, *, in_process: bool) -> Consumer:
         """`workers` threads taking messages; start() it (in_process) or run() it (a worker program)."""

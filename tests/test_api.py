@@ -82,6 +82,7 @@ def test_health_reports_each_backend_offline(api):
     assert (health["vector_store"]["backend"], health["vector_store"]["ok"]) == ("milvus-lite", True)
     assert (health["history_store"]["backend"], health["history_store"]["ok"]) == ("montydb", True)
     assert (health["object_store"]["backend"], health["object_store"]["ok"]) == ("local", True)
+    assert (health["task_queue"]["backend"], health["task_queue"]["ok"]) == ("sqlite", True)
     assert (health["models"]["embedder"]["backend"], health["models"]["embedder"]["ok"]) == ("use-m3", True)
     assert health["models"]["reranker"]["backend"].startswith("offline:")
     assert health["models"]["reranker"]["ok"] is True

@@ -80,6 +80,8 @@ def test_ten_uploads_on_two_replicas_are_spread_over_two_workers(cluster, shared
         listed = {d["file_name"] for d in b.get("/api/documents").json()} & {d["file_name"] for d in a.get(
             "/api/documents").json()}
         assert listed >= {f"r{i}.md" for i in range(10)}
+        queue = a.get("/api/health").json()["task_queue"]
+        assert (queue["backend"], queue["ok"]) == ("redis", True)
 
     tasks = get_task_store()
     owners = Counter(cluster.worker_pid(tasks.get(t)["owner"]) for t in ids)

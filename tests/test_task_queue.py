@@ -10,6 +10,8 @@ import pymupdf
 import pytest
 
 import services.pdf_parser as pdf_parser
+from api_fixtures import api, api_server  # noqa: F401 (fixtures)
+from bench.cluster import free_port
 from fakes.mineru_server import FAILED_MSG, FakeMinerU
 from graphs.importing import enqueue_set, hand_on_expired, jobs, stage_uploads, stop_in_app_workers
 from import_fixtures import assert_consistent, store
@@ -151,3 +153,18 @@ def test_a_queue_that_cannot_take_the_tasks_fails_them_with_a_reason(queue_env, 
         upload(("a.md", MANUAL.format(name="星火 A1").encode()))
     [task] = get_task_store().list()
     assert task["status"] == "failed" and "导入任务没有排上队" in task["error"] and "disk I/O error" in task["error"]
+
+
+def test_an_unreachable_redis_refuses_uploads_keeps_nothing_and_shows_in_health(api, queue_env):
+    settings = queue_env(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    health = api.get("/api/health")
+    assert health.status_code == 503 and health.json()["status"] == "degraded"
+    queue = health.json()["task_queue"]
+    assert (queue["backend"], queue["ok"]) == ("redis", False) and "Redis不可用" in queue["error"]
+
+    reply = api.post("/api/upload", files=[("files", ("a.md", MANUAL.format(name="星火 B1").encode(), "text/markdown"))])
+    assert reply.status_code == 503, reply.text
+    assert "没有开始导入" in reply.json()["error"] and "任务无法加入队列（Redis不可用）" in reply.json()["error"]
+    assert not [p for p in (settings.data_dir / "uploads").rglob("*") if p.is_file()]
+    [task] = get_task_store().list()
+    assert task["status"] == "failed" and "导入任务没有排上队" in task["error"]
