@@ -120,10 +120,10 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     result.images_missing = len(result.missing_images)
     result.node_seconds = {e["node"]: e["seconds"] for e in final.get("node_log") or []}
     if result.error:
+        if may_retry and result.transient:  # the next attempt needs what this one staged and stored
+            return result
         if result.images_uploaded:
             discard_new_images(result)
-        if may_retry and result.transient:
-            return result
         tasks.fail(task_id, result.error)
         forward({"type": "import_failed", "error": result.error, "node": result.failed_node})
         return result
