@@ -72,7 +72,7 @@ def test_unclosed_fence_runs_to_end():
 def test_no_heading_is_one_section_titled_wu_biaoti(mode):
     chunks = split_markdown("只有正文，没有标题。\n\n第二段。", "说明书", mode=mode)
     assert chunks == [{"title": NO_TITLE, "content": f"{NO_TITLE}\n\n只有正文，没有标题。\n\n第二段。",
-                       "parent_title": NO_TITLE, "part": 1}]
+                       "parent_title": NO_TITLE, "part": 1, "page_start": 0, "page_end": 0}]
     assert titles(split_markdown("", "说明书", mode=mode)) == [NO_TITLE]
 
 
@@ -136,29 +136,30 @@ PARA = sentences(20)  # ~560 chars: a section this long is never merged into its
 
 
 def test_smart_titles_carry_the_heading_path():
-    text = f"# Duo 快速上手\n{PARA}\n## 烧录镜像\n{PARA}\n### 使用 Windows\n{PARA}\n## **引脚**：\n{PARA}"
+    text = (f"# Duo 快速上手\n{PARA}\n## 烧录镜像\n{PARA}\n### 使用 Windows\n{PARA}\n## **引脚**：\n{PARA}"
+            f"\n# 附录\n{PARA}")
     chunks = split_markdown(text, "duo", mode="smart")
     assert titles(chunks) == ["Duo 快速上手", "Duo 快速上手 > 烧录镜像",
-                              "Duo 快速上手 > 烧录镜像 > 使用 Windows", "Duo 快速上手 > 引脚"]
+                              "Duo 快速上手 > 烧录镜像 > 使用 Windows", "Duo 快速上手 > 引脚", "附录"]
     assert [c["parent_title"] for c in chunks] == ["duo", "Duo 快速上手", "Duo 快速上手 > 烧录镜像",
-                                                  "Duo 快速上手"]
+                                                  "Duo 快速上手", "duo"]
     assert all(c["content"].startswith(c["title"] + "\n\n") for c in chunks)
 
 
 @pytest.mark.parametrize("label", ["注意", "说明：", "Warning!", "**提示**", "Note"])
 def test_smart_keeps_callout_headings_inline(label):
-    text = f"# 安装\n{PARA}\n### {label}\n不要带电插拔模块。\n## 接线\n{PARA}"
+    text = f"# 安装\n{PARA}\n### {label}\n不要带电插拔模块。\n## 接线\n{PARA}\n# 维护\n{PARA}"
     smart = split_markdown(text, "doc", mode="smart")
-    assert titles(smart) == ["安装", "安装 > 接线"]
+    assert titles(smart) == ["安装", "安装 > 接线", "维护"]
     assert f"### {label}\n不要带电插拔模块。" in smart[0]["content"]
-    assert len(split_markdown(text, "doc", mode="seed")) == 3  # the seed rule breaks there
+    assert len(split_markdown(text, "doc", mode="seed")) == 4  # the seed rule breaks there
 
 
 def test_smart_merges_tiny_children_into_their_parent_heading():
     text = (f"# Duo\n{PARA}\n## 上手指南\n### 安装系统\n请参考：启动章节。\n### USB 网络的使用\n"
-            f"请参考：设置章节。\n## 引脚分配\n{sentences(68)}")  # fills a chunk alone
+            f"请参考：设置章节。\n## 引脚分配\n{sentences(68)}\n# 附录\n{PARA}")  # 引脚分配 fills a chunk alone
     chunks = split_markdown(text, "duo", mode="smart")
-    assert titles(chunks) == ["Duo", "Duo > 上手指南", "Duo > 引脚分配"]
+    assert titles(chunks) == ["Duo", "Duo > 上手指南", "Duo > 引脚分配", "附录"]
     guide = chunks[1]["content"]
     assert guide.startswith("Duo > 上手指南\n\n### 安装系统\n\n请参考：启动章节。")
     assert "### USB 网络的使用\n\n请参考：设置章节。" in guide
@@ -231,7 +232,8 @@ def test_corpus_files(path, mode):
 
     assert chunks
     for c in chunks:
-        assert set(c) == {"title", "content", "parent_title", "part"}
+        assert set(c) == {"title", "content", "parent_title", "part", "page_start", "page_end"}
+        assert c["page_start"] == c["page_end"] == 0  # Markdown has no pages
         assert isinstance(c["part"], int) and c["part"] >= 1 and c["title"] and c["parent_title"]
         assert c["content"].split("\n\n", 1)[0] == re.sub(r"-\d+$", "", c["title"])  # title prefix
         assert len(c["content"]) <= 2000
