@@ -271,3 +271,88 @@ def test_conformance_checker_passes():
 def test_conformance_adapter_is_the_seed_rule():
     text = "前言\n# A\n## B\nx"
     assert conformance_split(text, "f") == split_markdown(text, "f", mode="seed")
+
+
+# --- pages, running lines, heading levels, titles that say nothing -------------------------------
+
+def page(n):
+    return f"<!-- kb-page: {n} -->"
+
+
+def test_chunks_carry_the_pages_their_text_lies_on():
+    long_ = [sentences(25, f"页{n}句") for n in range(5)]  # a section this long is never merged
+    text = (f"{page(1)}\n\n# 一、安装\n\n{long_[1]}\n\n{page(2)}\n\n{long_[2]}\n\n{page(3)}\n\n# 二、使用\n\n"
+            f"{long_[3]}\n\n{page(4)}\n\n# 三、维护\n\n{long_[4]}")
+    chunks = split_markdown(html_to_markdown(text), "手册")
+    assert titles(chunks) == ["一、安装", "二、使用", "三、维护"]
+    assert [(c["page_start"], c["page_end"]) for c in chunks] == [(1, 2), (3, 3), (4, 4)]
+    assert not any("kb-page" in c["content"] for c in chunks)
+    assert chunks[0]["content"] == f"一、安装\n\n{long_[1]}\n\n{long_[2]}"
+
+
+def test_a_chunk_starting_mid_page_takes_that_page():
+    body = "\n\n".join(sentences(20, f"段{p}句") for p in range(6))  # ~3400 chars: cut in two
+    chunks = split_markdown(f"{page(5)}\n\n# 参数\n\n{body}\n\n{page(6)}\n\n尾段。", "手册")
+    assert [c["part"] for c in chunks] == [1, 2]
+    assert [(c["page_start"], c["page_end"]) for c in chunks] == [(5, 5), (5, 6)]
+
+
+def test_running_header_and_footer_lines_are_dropped_but_body_repeats_stay():
+    body = "\n".join(sentences(2, f"段{i}句") for i in range(3))
+    pages = [f"{page(n)}\n\n###### **ACME TECH**\n\n# 第{n}章 主题{n}\n\n{body}\n\n重要：断电操作。\n\n{body}\n\n"
+             f"- {n} -" for n in range(1, 6)]
+    chunks = split_markdown("\n".join(pages), "手册", min_len=1)
+    assert titles(chunks) == [f"第{n}章 主题{n}" for n in range(1, 6)]
+    assert not any("ACME" in c["content"] or re.search(r"- \d -", c["content"]) for c in chunks)
+    assert all("重要：断电操作。" in c["content"] for c in chunks)  # repeated, yet mid-page body text
+
+
+def test_running_lines_need_most_of_at_least_three_pages():
+    two = f"{page(1)}\n\n页眉\n\n# 甲\n\n正文一\n\n{page(2)}\n\n页眉\n\n# 乙\n\n正文二"
+    assert sum(c["content"].count("页眉") for c in split_markdown(two, "手册", min_len=1)) == 2
+    some = "\n".join(f"{page(n)}\n\n{'页眉' if n < 3 else '正文'}\n\n# 节{n}\n\n内容{n}" for n in range(1, 8))
+    assert sum(c["content"].count("页眉") for c in split_markdown(some, "手册", min_len=1)) == 2  # 2 of 7 pages
+
+
+def test_numbered_siblings_share_a_level_though_their_marks_differ():
+    text = (f"# 一、简介\n{PARA}\n## 1. 特点\n{PARA}\n## 2. 参数\n{PARA}\n# 二、接口\n{PARA}\n"
+            f"## 三、固件\n{PARA}\n### 1. 获取\n{PARA}\n### 2. 更新\n{PARA}\n### 四、注意事项\n{PARA}")
+    assert titles(split_markdown(text, "doc")) == [
+        "一、简介", "一、简介 > 1. 特点", "一、简介 > 2. 参数", "二、接口", "三、固件", "三、固件 > 1. 获取",
+        "三、固件 > 2. 更新", "四、注意事项"]
+
+
+def test_a_restarted_numbering_still_nests():
+    text = f"# 2. 安装\n{PARA}\n## 1. 下载\n{PARA}\n## 2. 解压\n{PARA}\n# 3. 使用\n{PARA}"
+    assert titles(split_markdown(text, "doc")) == ["2. 安装", "2. 安装 > 1. 下载", "2. 安装 > 2. 解压", "3. 使用"]
+
+
+def test_a_cover_title_block_folds_into_the_first_chapter():
+    text = (f"# **BIGTREETECH**\n## **SKR MINI E3 V3.0**\n![](images/cover.jpg)\n### 主板使用说明书\n\n"
+            f"#### 一、主板简介\n{PARA}\n#### 二、指示灯\n{PARA}")
+    chunks = split_markdown(text, "SKR 手册")
+    assert titles(chunks) == ["一、主板简介", "二、指示灯"]
+    assert chunks[0]["content"].startswith(
+        "一、主板简介\n\nBIGTREETECH\nSKR MINI E3 V3.0\n![](images/cover.jpg)\n主板使用说明书\n\n")
+    assert {c["parent_title"] for c in chunks} == {"SKR 手册"}
+
+
+def test_a_lone_top_heading_heads_only_its_own_text():
+    text = f"# 前言\n本手册介绍产品。\n## 安全\n{PARA}\n## 安装\n{PARA}\n### 接线\n{PARA}"
+    chunks = split_markdown(text, "手册", min_len=10)
+    assert titles(chunks) == ["前言", "安全", "安装", "安装 > 接线"]
+    assert chunks[0]["content"] == "前言\n\n本手册介绍产品。"
+    assert titles(split_markdown(text, "手册", min_len=10, mode="seed")) == ["前言", "安全", "安装", "接线"]
+
+
+def test_two_top_headings_keep_their_children():
+    text = f"# 前言\n{PARA}\n## 约定\n{PARA}\n# 安装\n{PARA}\n## 接线\n{PARA}"
+    assert titles(split_markdown(text, "手册")) == ["前言", "前言 > 约定", "安装", "安装 > 接线"]
+
+
+@pytest.mark.parametrize("heading", ["## 1.", "## （二）", "## ***", "## 3.2"])
+def test_a_heading_of_bare_numbers_is_text_of_its_section(heading):
+    text = f"# 安装\n{PARA}\n{heading}\n步骤说明。\n# 使用\n{PARA}"
+    chunks = split_markdown(text, "手册")
+    assert titles(chunks) == ["安装", "使用"]
+    assert f"{heading}\n步骤说明。" in chunks[0]["content"]

@@ -43,6 +43,7 @@ PAGE_MARKER_LINE_RE = re.compile(rf"^[ \t]*{PAGE_MARKER_RE.pattern}[ \t]*\n?", r
 RUNNING_MIN_PAGES = 3
 RUNNING_SHARE = 0.5   # "most pages": at least half of them
 RUNNING_EDGE_LINES = 3  # a running header or footer sits among a page's first or last lines
+RUNNING_MAX_CHARS = 60  # and is short
 _PAGE_OR_IMAGE_RE = re.compile(rf"{PAGE_MARKER_RE.pattern}|!\[[^\]\n]*\]\([^)\n]*\)")
 CALLOUT_RE = re.compile(
     r"^(?:说明|注意|注意事项|警告|提示|注|小贴士|note|notes|warning|tip|tips|caution|important)[！!：:]*$",
@@ -454,9 +455,13 @@ def _pages(body, page):
 
 
 def _line_key(line):
-    """A line as compared across pages: no heading or emphasis marks, no spaces, digits alike
-    (so "第 3 页" and "第 4 页" are the same footer)."""
-    return re.sub(r"\d+", "0", " ".join(_clean_heading(_heading_text(line)).split()).lower())
+    """A line as compared across pages: no heading or emphasis marks, spaces squeezed; in body
+    text digits alike (so "第 3 页" and "第 4 页" are one footer, while "第3章" headings stay apart).
+    Long lines are body text, never a running line: no key."""
+    key = " ".join(_clean_heading(_heading_text(line)).split()).lower()
+    if len(key) > RUNNING_MAX_CHARS:
+        return ""
+    return key if HEADING_RE.match(line) else re.sub(r"\d+", "0", key)
 
 
 def drop_running_lines(text: str) -> str:
