@@ -238,7 +238,14 @@ async def test_model_answer_streams_token_by_token_with_web_sources(model, web, 
     web_sources = [line for line in reply["output"].split("　") if "example.com" in line]
     assert web_sources and "[Duo S 烧录教程](https://example.com/duos)" in web_sources[0]  # links out
     assert not [e for e in s.elements(reply["id"]) if "烧录教程" in e["name"]]  # no side panel for web pages
-    assert all(e["name"] in reply["output"] for e in s.elements(reply["id"]) if e["type"] == "text")
+    # the model's [n] is source n: local chips and web links share one numbering, as in its prompt
+    chips = [int(a["label"][1:].split("]")[0]) for a in s.actions("open_source") if a["forId"] == reply["id"]]
+    linked = [int(line.split("]")[0].lstrip("[")) for line in web_sources]
+    assert chips and sorted(chips + linked) == list(range(1, len(chips) + len(linked) + 1))
+    prompt = model.requests("answer")[-1]["messages"][-1]["content"]
+    for n in chips[:2]:
+        payload = next(a["payload"] for a in s.actions("open_source") if a["label"].startswith(f"[{n}] "))
+        assert f"[{n}][source=local][chunk_id={payload['chunk_id']}]" in prompt
 
 
 async def test_a_failing_node_is_marked_and_the_reply_says_so(product_of, monkeypatch):
