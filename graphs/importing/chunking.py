@@ -202,6 +202,7 @@ class _Section:
     parent_path: tuple    # heading path of the parent (smart-mode merge key)
     heading: str          # the original heading line ("" for preamble / no-heading documents)
     body: str
+    path: tuple = ()      # smart: the heading path, this heading included
 
 
 @dataclass
@@ -211,6 +212,7 @@ class _Piece:
     part: int
     title: str
     body: str    # content after the title prefix line
+    head: str = ""  # the title prefix line when it is not the first section's title
 
 
 def _heading_text(line):
@@ -307,18 +309,20 @@ def _title_block(raw, levels):
 def _fold_title_block(raw, levels):
     """Turn the title block into text: its heading lines go into the body of the last title when
     it has one (that title then heads only its own text), else into the next section's body.
-    Returns the entries and the index of a title that must not become a parent (or None)."""
+    Returns the entries, the index of a title that must not become a parent (or None) and the
+    block's text (what a chunk of several top-level sections is about)."""
     block = _title_block(raw, levels)
     if block is None:
-        return raw, levels, None
+        return raw, levels, None, ""
     first, last = block
     keep = last if not _blank(raw[last][1]) else None
+    about = " ".join(_clean_heading(_heading_text(line)) for line, _ in raw[first:last + 1])
     target = keep if keep is not None else last + 1
     folded = [text for line, lines in raw[first:target] for text in (_clean_heading(_heading_text(line)), *lines)]
     raw, levels = list(raw), list(levels)
     raw[target] = (raw[target][0], folded + [""] + raw[target][1])
     del raw[first:target], levels[first:target]
-    return raw, levels, (first if keep is not None else None)
+    return raw, levels, (first if keep is not None else None), about
 
 
 def _sections(text, file_title, smart):
@@ -336,12 +340,12 @@ def _sections(text, file_title, smart):
             body.append(line)
     raw.append((heading, body))
     if all(h is None for h, _ in raw):
-        return [_Section(NO_TITLE, NO_TITLE, (), "", _trim_blank_lines(raw[0][1]))]
+        return [_Section(NO_TITLE, NO_TITLE, (), "", _trim_blank_lines(raw[0][1]))], ""
 
     levels = _levels([line or "" for line, _ in raw])
-    lone_title = None
+    lone_title, about = None, ""
     if smart:
-        raw, levels, lone_title = _fold_title_block(raw, levels)
+        raw, levels, lone_title, about = _fold_title_block(raw, levels)
     sections, stack = [], []  # stack: [(level, clean heading text)] of the open headings
     for i, (line, lines) in enumerate(raw):
         if line is None:
@@ -355,11 +359,22 @@ def _sections(text, file_title, smart):
             stack.pop()
         parent = tuple(t for _, t in stack)
         stack.append((levels[i], _clean_heading(text_)))
-        sections.append(_Section(PATH_SEP.join(t for _, t in stack), PATH_SEP.join(parent) or file_title,
-                                 parent, line.strip(), _trim_blank_lines(lines)))
+        path = tuple(t for _, t in stack)
+        sections.append(_Section(PATH_SEP.join(path), PATH_SEP.join(parent) or file_title,
+                                 parent, line.strip(), _trim_blank_lines(lines), path))
         if i == lone_title:
             stack.pop()
-    return sections
+    return sections, about
+
+
+def _retitle(piece, sections, about):
+    """A piece that holds the whole document is titled by the document's folded title, not by its
+    first section (a short manual is one chunk about all of it)."""
+    whole = piece.first == 0 and piece.last == len(sections) - 1 > 0 and piece.part == 1
+    if not (whole and about) or about == sections[0].title:
+        return piece
+    body = f"{sections[0].heading}\n\n{piece.body}".strip("\n")  # its own heading is no prefix any more
+    return _Piece(piece.first, piece.last, piece.part, about, body, about)
 
 
 def _prefix(title, max_len):
@@ -420,7 +435,7 @@ def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int
         raise ValueError(f"need 0 < min_len < max_len and {MIN_MAX_LEN} <= max_len <= "
                          f"{MILVUS_VARCHAR_BYTES // 4}")
     smart = mode == "smart"
-    sections = _sections(drop_running_lines(normalize_newlines(text)), file_title, smart)
+    sections, about = _sections(drop_running_lines(normalize_newlines(text)), file_title, smart)
     pieces = _merge(_pieces(sections, max_len), sections, lambda a, b: a.first == b.first,
                     max_len, min_len)
     if smart:
@@ -430,11 +445,11 @@ def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int
         def same_branch(a, b):
             root = sections[a.first].parent_path
             return sections[b.first].parent_path[:len(root)] == root
-        pieces = _merge(pieces, sections, same_branch, max_len, min_len)
+        pieces = [_retitle(p, sections, about) for p in _merge(pieces, sections, same_branch, max_len, min_len)]
     chunks, page = [], 1 if PAGE_MARKER_RE.search(text) else 0
     for p in pieces:
         body, page_start, page_end, page = _pages(p.body, page)
-        chunks.append({"title": p.title, "content": (_prefix(sections[p.first].title, max_len) + body).rstrip(),
+        chunks.append({"title": p.title, "content": (_prefix(p.head or sections[p.first].title, max_len) + body).rstrip(),
                        "parent_title": sections[p.first].parent_title, "part": p.part,
                        "page_start": page_start, "page_end": page_end})
     return chunks
