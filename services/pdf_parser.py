@@ -2,12 +2,14 @@
 
 Output layout (both backends): `out_dir/{pdf_stem}.md` and `out_dir/images/*`, with image links
 relative to the Markdown file (`images/xxx.jpg`).  Each page's text starts with a page marker line
-(`PAGE_MARKER`, an HTML comment, so Markdown readers hide it), from which chunks learn their pages.
+(`PAGE_MARKER`, an HTML comment, so Markdown readers hide it), from which chunks learn their pages;
+running headers and footers are left out.
 """
 from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import time
 import zipfile
@@ -33,8 +35,59 @@ PAGE_MARKER_RE = re.compile(r"<!-- kb-page: (\d+) -->")
 MATCH_KEY_CHARS = 12  # leading characters of a MinerU block looked up in full.md
 
 
+RUNNING_MIN_PAGES = 3
+RUNNING_SHARE = 0.5   # "most pages": at least half of them
+RUNNING_EDGE_LINES = 3  # a running header or footer sits among a page's first or last lines
+RUNNING_MAX_CHARS = 60  # and is short
+HEADING_RE = re.compile(r"^\s*#{1,6}\s+.+")
+EMPHASIS_RE = re.compile(r"\*\*|__|`")
+IMAGE_LINE_RE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
+
+
 def page_marker(page: int) -> str:
     return PAGE_MARKER.format(page)
+
+
+# --- running headers and footers ---------------------------------------------------------------
+
+def _line_key(line):
+    """A line as compared across pages: no heading or emphasis marks, spaces squeezed; in body
+    text digits alike (so "第 3 页" and "第 4 页" are one footer, while "第3章" headings stay apart).
+    Long lines are body text, never a running line: no key."""
+    heading = HEADING_RE.match(line)
+    key = " ".join(EMPHASIS_RE.sub("", line.strip().lstrip("#")).split()).lower()
+    if len(key) > RUNNING_MAX_CHARS:
+        return ""
+    return key if heading else re.sub(r"\d+", "0", key)
+
+
+def drop_running_lines(text: str) -> str:
+    """Remove running headers and footers: a line among the first or last few of a page that
+    recurs there on most pages of a converted PDF.  Text without page markers is returned as is."""
+    pages = re.split(rf"(?m)^(?={PAGE_MARKER_RE.pattern})", text)
+    marked = [p for p in pages if PAGE_MARKER_RE.match(p)]
+    if len(marked) < RUNNING_MIN_PAGES:
+        return text
+    edges = []  # per page: indexes of its edge lines
+    for page in pages:
+        lines = page.split("\n")
+        content = [i for i, l in enumerate(lines)
+                   if l.strip() and not PAGE_MARKER_RE.fullmatch(l.strip()) and not IMAGE_LINE_RE.fullmatch(l.strip())]
+        edges.append(set(content[:RUNNING_EDGE_LINES] + content[-RUNNING_EDGE_LINES:]))
+    seen = {}
+    for page, idx in zip(pages, edges):
+        lines = page.split("\n")
+        for key in {_line_key(lines[i]) for i in idx}:
+            seen[key] = seen.get(key, 0) + 1
+    need = max(RUNNING_MIN_PAGES, math.ceil(RUNNING_SHARE * len(marked)))
+    running = {k for k, n in seen.items() if k and n >= need}
+    if not running:
+        return text
+    out = []
+    for page, idx in zip(pages, edges):
+        lines = page.split("\n")
+        out.append("\n".join(l for i, l in enumerate(lines) if i not in idx or _line_key(l) not in running))
+    return "".join(out)
 
 
 def _fail(message: str, cause: BaseException | None = None) -> PdfConversionError:
@@ -139,7 +192,7 @@ def _local(pdf_path: Path, out_dir: Path, md_path: Path) -> None:
                 pages[chunk["metadata"]["page"]] = chunk["text"]
     except Exception as exc:
         raise _fail(f"本地 PDF 解析失败：{exc}", exc) from exc
-    md = "\n".join(f"{page_marker(k)}\n\n{pages[k]}" for k in sorted(pages))
+    md = drop_running_lines("\n".join(f"{page_marker(k)}\n\n{pages[k]}" for k in sorted(pages)))
     md = md.replace(f"]({images.as_posix()}/", "](images/")
     md_path.write_text(md, encoding="utf-8")
 
@@ -238,7 +291,7 @@ def _unpack(archive: bytes, out_dir: Path, md_path: Path) -> None:
         listing = next((n for n in names if PurePosixPath(n).parent == root
                         and PurePosixPath(n).name.endswith("content_list.json")), None)
         if listing:
-            md = mark_pages(md, _content_list(zf.read(listing)))
+            md = drop_running_lines(mark_pages(md, _content_list(zf.read(listing))))
         md_path.write_text(md, encoding="utf-8")
 
 

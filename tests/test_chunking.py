@@ -273,7 +273,7 @@ def test_conformance_adapter_is_the_seed_rule():
     assert conformance_split(text, "f") == split_markdown(text, "f", mode="seed")
 
 
-# --- pages, running lines, heading levels, titles that say nothing -------------------------------
+# --- pages, heading levels, titles that say nothing -------------------------------
 
 def page(n):
     return f"<!-- kb-page: {n} -->"
@@ -295,23 +295,6 @@ def test_a_chunk_starting_mid_page_takes_that_page():
     chunks = split_markdown(f"{page(5)}\n\n# 参数\n\n{body}\n\n{page(6)}\n\n尾段。", "手册")
     assert [c["part"] for c in chunks] == [1, 2]
     assert [(c["page_start"], c["page_end"]) for c in chunks] == [(5, 5), (5, 6)]
-
-
-def test_running_header_and_footer_lines_are_dropped_but_body_repeats_stay():
-    body = "\n".join(sentences(2, f"段{i}句") for i in range(3))
-    pages = [f"{page(n)}\n\n###### **ACME TECH**\n\n# 第{n}章 主题{n}\n\n{body}\n\n重要：断电操作。\n\n{body}\n\n"
-             f"- {n} -" for n in range(1, 6)]
-    chunks = split_markdown("\n".join(pages), "手册", min_len=1)
-    assert titles(chunks) == [f"第{n}章 主题{n}" for n in range(1, 6)]
-    assert not any("ACME" in c["content"] or re.search(r"- \d -", c["content"]) for c in chunks)
-    assert all("重要：断电操作。" in c["content"] for c in chunks)  # repeated, yet mid-page body text
-
-
-def test_running_lines_need_most_of_at_least_three_pages():
-    two = f"{page(1)}\n\n页眉\n\n# 甲\n\n正文一\n\n{page(2)}\n\n页眉\n\n# 乙\n\n正文二"
-    assert sum(c["content"].count("页眉") for c in split_markdown(two, "手册", min_len=1)) == 2
-    some = "\n".join(f"{page(n)}\n\n{'页眉' if n < 3 else '正文'}\n\n# 节{n}\n\n内容{n}" for n in range(1, 8))
-    assert sum(c["content"].count("页眉") for c in split_markdown(some, "手册", min_len=1)) == 2  # 2 of 7 pages
 
 
 def test_numbered_siblings_share_a_level_though_their_marks_differ():
@@ -356,3 +339,10 @@ def test_a_heading_of_bare_numbers_is_text_of_its_section(heading):
     chunks = split_markdown(text, "手册")
     assert titles(chunks) == ["安装", "使用"]
     assert f"{heading}\n步骤说明。" in chunks[0]["content"]
+
+
+def test_a_manual_shorter_than_a_chunk_keeps_its_title_over_all_of_it():
+    text = "# 电水壶说明\n## 加热\n按下加热键。\n## 除垢\n加入白醋煮沸。"
+    (chunk,) = split_markdown(text, "kettle")
+    assert chunk["title"] == "电水壶说明"
+    assert chunk["content"] == "电水壶说明\n\n## 加热\n\n按下加热键。\n\n## 除垢\n\n加入白醋煮沸。"

@@ -223,7 +223,9 @@ def test_generated_manual_chunks_know_their_pages_and_lose_header_and_footer(tmp
     md_path = pdf_to_markdown(pdf, tmp_path / "out", local_settings)
     md = md_path.read_text(encoding="utf-8")
     assert [int(n) for n in pdf_parser.PAGE_MARKER_RE.findall(md)] == list(range(1, len(CHAPTERS) + 1))
-    assert md.count(HEADER) == md.count("页 / 共") == len(CHAPTERS)  # the converter keeps them
+    text = "".join(page.get_text() for page in pymupdf.open(pdf))
+    assert text.count(HEADER) == text.count("页 / 共") == len(CHAPTERS)  # in the PDF, on every page
+    assert HEADER not in md and "页 / 共" not in md
     chunks = _chunks(md_path)
     assert [c["title"] for c in chunks] == CHAPTERS
     assert [(c["page_start"], c["page_end"]) for c in chunks] == [(n, n) for n in range(1, len(CHAPTERS) + 1)]
@@ -231,6 +233,28 @@ def test_generated_manual_chunks_know_their_pages_and_lose_header_and_footer(tmp
         assert _paragraph(CHAPTERS[n - 1], n)[-1] in c["content"]  # the chapter's text, whole
         assert HEADER not in c["content"] and "页 / 共" not in c["content"]
         assert "kb-page" not in c["content"]
+
+
+def page(n):
+    return pdf_parser.page_marker(n)
+
+
+def test_running_header_and_footer_lines_are_dropped_but_body_repeats_stay():
+    body = "\n".join(f"第{i}段：检查电源适配器输出是否为 5V。" * 2 for i in range(3))
+    pages = [f"{page(n)}\n\n###### **ACME TECH**\n\n# 第{n}章 主题{n}\n\n{body}\n\n重要：断电操作。\n\n{body}\n\n"
+             f"- {n} -" for n in range(1, 6)]
+    kept = pdf_parser.drop_running_lines("\n".join(pages))
+    assert "ACME" not in kept and not re.search(r"- \d -", kept)
+    assert [int(n) for n in re.findall(r"^# 第(\d)章", kept, re.M)] == [1, 2, 3, 4, 5]  # numbered: not alike
+    assert kept.count("重要：断电操作。") == 5  # repeated, yet mid-page body text
+
+
+def test_running_lines_need_most_of_at_least_three_pages():
+    two = f"{page(1)}\n\n页眉\n\n# 甲\n\n正文一\n\n{page(2)}\n\n页眉\n\n# 乙\n\n正文二"
+    assert pdf_parser.drop_running_lines(two) == two
+    some = "\n".join(f"{page(n)}\n\n{'页眉' if n < 3 else ''}\n\n# {name}\n\n{name}的说明。"
+                     for n, name in enumerate("甲乙丙丁戊己庚", 1))
+    assert pdf_parser.drop_running_lines(some) == some  # on 2 of 7 pages
 
 
 def test_sibling_chapters_set_in_drifting_font_sizes_stay_siblings(tmp_path, local_settings):
@@ -266,8 +290,11 @@ def test_mineru_page_index_marks_pages(tmp_path, mineru_settings):
         md_path = pdf_to_markdown(V3, tmp_path / "out", settings=mineru_settings(server))
     md = md_path.read_text(encoding="utf-8")
     assert [int(n) for n in pdf_parser.PAGE_MARKER_RE.findall(md)] == list(range(1, page_count(V3) + 1))
-    first_lines = [block.split("\n\n", 1)[1].split("\n", 1)[0] for block in md.split("<!-- kb-page:")[1:]]
-    assert all(line.startswith("# ") for line in first_lines)  # each marker opens its page's first block
+    pages = re.split(r"<!-- kb-page: \d+ -->", md)[1:]
+    for page, segment in zip(pymupdf.open(V3), pages):  # each page's own text follows its marker
+        own = max((l.strip() for l in page.get_text().splitlines() if "BIG" not in l.upper()), key=len)
+        assert own[:20] in segment, page.number
+    assert "Shenzhen BIGTREE" not in md  # the fake puts the running header first on every page
     chunks = _chunks(md_path)
     assert chunks and all(1 <= c["page_start"] <= c["page_end"] <= page_count(V3) for c in chunks)
     assert not any("Shenzhen BIGTREE" in c["title"] or "Shenzhen BIGTREE" in c["content"] for c in chunks)

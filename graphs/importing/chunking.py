@@ -7,11 +7,9 @@ callout and empty headings inline, titles chunks with their heading path, merges
 sections, keeps numbered siblings at one level and lets no document title head every section.
 
 Converted PDFs carry page markers (``services.pdf_parser.PAGE_MARKER``): every chunk then gets the
-pages its text lies on, and lines repeated at the top or bottom of most pages (running headers and
-footers) are dropped.  Other documents get page 0.
+pages its text lies on.  Other documents get page 0.
 """
 import html
-import math
 import re
 from dataclasses import dataclass
 
@@ -40,10 +38,6 @@ _NUMBERINGS = [  # heading numbering styles; group 1 is the number, other groups
 ]
 _NUMBER_PREFIX_RE = re.compile(rf"^(?:[（(]?\s*(?:\d+(?:\.\d+)*|{_CN_NUMBER})\s*[)）.、．]?\s*)+")
 PAGE_MARKER_LINE_RE = re.compile(rf"^[ \t]*{PAGE_MARKER_RE.pattern}[ \t]*\n?", re.MULTILINE)
-RUNNING_MIN_PAGES = 3
-RUNNING_SHARE = 0.5   # "most pages": at least half of them
-RUNNING_EDGE_LINES = 3  # a running header or footer sits among a page's first or last lines
-RUNNING_MAX_CHARS = 60  # and is short
 _PAGE_OR_IMAGE_RE = re.compile(rf"{PAGE_MARKER_RE.pattern}|!\[[^\]\n]*\]\([^)\n]*\)")
 CALLOUT_RE = re.compile(
     r"^(?:说明|注意|注意事项|警告|提示|注|小贴士|note|notes|warning|tip|tips|caution|important)[！!：:]*$",
@@ -202,7 +196,6 @@ class _Section:
     parent_path: tuple    # heading path of the parent (smart-mode merge key)
     heading: str          # the original heading line ("" for preamble / no-heading documents)
     body: str
-    path: tuple = ()      # smart: the heading path, this heading included
 
 
 @dataclass
@@ -212,7 +205,6 @@ class _Piece:
     part: int
     title: str
     body: str    # content after the title prefix line
-    head: str = ""  # the title prefix line when it is not the first section's title
 
 
 def _heading_text(line):
@@ -306,26 +298,25 @@ def _title_block(raw, levels):
     return None if best is None or best == len(raw) - 1 else (first, best)
 
 
-def _fold_title_block(raw, levels):
+def _fold_title_block(raw, levels, min_len):
     """Turn the title block into text: its heading lines go into the body of the last title when
     it has one (that title then heads only its own text), else into the next section's body.
-    Returns the entries, the index of a title that must not become a parent (or None) and the
-    block's text (what a chunk of several top-level sections is about)."""
+    Returns the entries and the index of a title that must not become a parent (or None).  A
+    document shorter than one chunk keeps its title as the parent: that chunk is about all of it."""
     block = _title_block(raw, levels)
-    if block is None:
-        return raw, levels, None, ""
+    if block is None or sum(len("".join(lines)) for _, lines in raw) < min_len:
+        return raw, levels, None
     first, last = block
     keep = last if not _blank(raw[last][1]) else None
-    about = " ".join(_clean_heading(_heading_text(line)) for line, _ in raw[first:last + 1])
     target = keep if keep is not None else last + 1
     folded = [text for line, lines in raw[first:target] for text in (_clean_heading(_heading_text(line)), *lines)]
     raw, levels = list(raw), list(levels)
     raw[target] = (raw[target][0], folded + [""] + raw[target][1])
     del raw[first:target], levels[first:target]
-    return raw, levels, (first if keep is not None else None), about
+    return raw, levels, (first if keep is not None else None)
 
 
-def _sections(text, file_title, smart):
+def _sections(text, file_title, smart, min_len):
     """Cut the document at headings outside fences; text before the first heading is a section."""
     raw, heading, body = [], None, []
     for kind, line in _classify(text.split("\n")):
@@ -340,12 +331,12 @@ def _sections(text, file_title, smart):
             body.append(line)
     raw.append((heading, body))
     if all(h is None for h, _ in raw):
-        return [_Section(NO_TITLE, NO_TITLE, (), "", _trim_blank_lines(raw[0][1]))], ""
+        return [_Section(NO_TITLE, NO_TITLE, (), "", _trim_blank_lines(raw[0][1]))]
 
     levels = _levels([line or "" for line, _ in raw])
-    lone_title, about = None, ""
+    lone_title = None
     if smart:
-        raw, levels, lone_title, about = _fold_title_block(raw, levels)
+        raw, levels, lone_title = _fold_title_block(raw, levels, min_len)
     sections, stack = [], []  # stack: [(level, clean heading text)] of the open headings
     for i, (line, lines) in enumerate(raw):
         if line is None:
@@ -359,22 +350,11 @@ def _sections(text, file_title, smart):
             stack.pop()
         parent = tuple(t for _, t in stack)
         stack.append((levels[i], _clean_heading(text_)))
-        path = tuple(t for _, t in stack)
-        sections.append(_Section(PATH_SEP.join(path), PATH_SEP.join(parent) or file_title,
-                                 parent, line.strip(), _trim_blank_lines(lines), path))
+        sections.append(_Section(PATH_SEP.join(t for _, t in stack), PATH_SEP.join(parent) or file_title,
+                                 parent, line.strip(), _trim_blank_lines(lines)))
         if i == lone_title:
             stack.pop()
-    return sections, about
-
-
-def _retitle(piece, sections, about):
-    """A piece that holds the whole document is titled by the document's folded title, not by its
-    first section (a short manual is one chunk about all of it)."""
-    whole = piece.first == 0 and piece.last == len(sections) - 1 > 0 and piece.part == 1
-    if not (whole and about) or about == sections[0].title:
-        return piece
-    body = f"{sections[0].heading}\n\n{piece.body}".strip("\n")  # its own heading is no prefix any more
-    return _Piece(piece.first, piece.last, piece.part, about, body, about)
+    return sections
 
 
 def _prefix(title, max_len):
@@ -435,7 +415,7 @@ def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int
         raise ValueError(f"need 0 < min_len < max_len and {MIN_MAX_LEN} <= max_len <= "
                          f"{MILVUS_VARCHAR_BYTES // 4}")
     smart = mode == "smart"
-    sections, about = _sections(drop_running_lines(normalize_newlines(text)), file_title, smart)
+    sections = _sections(normalize_newlines(text), file_title, smart, min_len)
     pieces = _merge(_pieces(sections, max_len), sections, lambda a, b: a.first == b.first,
                     max_len, min_len)
     if smart:
@@ -445,11 +425,11 @@ def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int
         def same_branch(a, b):
             root = sections[a.first].parent_path
             return sections[b.first].parent_path[:len(root)] == root
-        pieces = [_retitle(p, sections, about) for p in _merge(pieces, sections, same_branch, max_len, min_len)]
+        pieces = _merge(pieces, sections, same_branch, max_len, min_len)
     chunks, page = [], 1 if PAGE_MARKER_RE.search(text) else 0
     for p in pieces:
         body, page_start, page_end, page = _pages(p.body, page)
-        chunks.append({"title": p.title, "content": (_prefix(p.head or sections[p.first].title, max_len) + body).rstrip(),
+        chunks.append({"title": p.title, "content": (_prefix(sections[p.first].title, max_len) + body).rstrip(),
                        "parent_title": sections[p.first].parent_title, "part": p.part,
                        "page_start": page_start, "page_end": page_end})
     return chunks
@@ -467,44 +447,6 @@ def _pages(body, page):
     on = on or [page]
     body = re.sub(r"\n{3,}", "\n\n", PAGE_MARKER_LINE_RE.sub("", body)).strip("\n")
     return body, on[0], on[-1], page
-
-
-def _line_key(line):
-    """A line as compared across pages: no heading or emphasis marks, spaces squeezed; in body
-    text digits alike (so "第 3 页" and "第 4 页" are one footer, while "第3章" headings stay apart).
-    Long lines are body text, never a running line: no key."""
-    key = " ".join(_clean_heading(_heading_text(line)).split()).lower()
-    if len(key) > RUNNING_MAX_CHARS:
-        return ""
-    return key if HEADING_RE.match(line) else re.sub(r"\d+", "0", key)
-
-
-def drop_running_lines(text: str) -> str:
-    """Remove running headers and footers: a line among the first or last few of a page that
-    recurs there on most pages of a converted PDF.  Text without page markers is returned as is."""
-    pages = re.split(rf"(?m)^(?={PAGE_MARKER_RE.pattern})", text)
-    marked = [p for p in pages if PAGE_MARKER_RE.match(p)]
-    if len(marked) < RUNNING_MIN_PAGES:
-        return text
-    edges = []  # per page: indexes of its edge lines
-    for page in pages:
-        lines = page.split("\n")
-        content = [i for i, l in enumerate(lines) if l.strip() and not _PAGE_OR_IMAGE_RE.fullmatch(l.strip())]
-        edges.append(set(content[:RUNNING_EDGE_LINES] + content[-RUNNING_EDGE_LINES:]))
-    seen = {}
-    for page, idx in zip(pages, edges):
-        lines = page.split("\n")
-        for key in {_line_key(lines[i]) for i in idx}:
-            seen[key] = seen.get(key, 0) + 1
-    need = max(RUNNING_MIN_PAGES, math.ceil(RUNNING_SHARE * len(marked)))
-    running = {k for k, n in seen.items() if k and n >= need}
-    if not running:
-        return text
-    out = []
-    for page, idx in zip(pages, edges):
-        lines = page.split("\n")
-        out.append("\n".join(l for i, l in enumerate(lines) if i not in idx or _line_key(l) not in running))
-    return "".join(out)
 
 
 def conformance_split(markdown_text: str, file_title: str) -> list[dict]:
