@@ -249,7 +249,7 @@ def _numeral(text):
 
 
 def _numbering(text):
-    """(style, value) of a numbered heading: "四、" -> (("cn",), 4), "2.3 " -> (("dotted", "2."), 3)."""
+    """(style, value) of a numbered heading: "四、" -> (("cn",), 4), "2.3 " -> (("dotted", "2"), 3)."""
     for style, pattern in _NUMBERINGS:
         m = pattern.match(text)
         if m:
