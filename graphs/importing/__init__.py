@@ -4,6 +4,7 @@ The public front door: the CLI, the chat, the HTTP API and the benchmarks import
 and never reach into node modules. `import_set` / `run_import` import in the calling thread;
 `enqueue_set` / `enqueue_reindex` put the work on the task queue (see jobs.py) and return task ids.
 """
+from graphs.importing.chunking import PATH_SEP
 from graphs.importing.files import (
     MAX_FILES, SUPPORTED, StagedFile, UploadRejected, discard, doc_identity, iter_import_files, safe_filename,
     stage_uploads, validate_file,
@@ -16,7 +17,7 @@ from graphs.importing.jobs import (
 
 __all__ = [
     "catalog",
-    "MAX_FILES", "SUPPORTED", "ImportResult", "StagedFile", "UploadRejected", "discard", "doc_identity",
+    "MAX_FILES", "PATH_SEP", "SUPPORTED", "ImportResult", "StagedFile", "UploadRejected", "discard", "doc_identity",
     "import_set", "iter_import_files", "run_import", "safe_filename", "stage_uploads", "validate_file",
     "enqueue_reindex", "enqueue_set", "hand_on_expired", "run_worker", "start_in_app_worker",
     "stop_in_app_workers",
