@@ -119,10 +119,10 @@ class ImportQueue:
     def __init__(self, workers: int = 2):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api-import")
 
-    def submit(self, staged: list[StagedFile], product: str | None) -> list[str]:
+    def submit(self, staged: list[StagedFile], product: str | None, by: str) -> list[str]:
         tasks = get_task_store()
         for item in staged:
-            tasks.create(item.task_id, item.name, product=product)
+            tasks.create(item.task_id, item.name, product=product, by=by)
         for item in staged:
             self._pool.submit(self._run, item, product)
         return [item.task_id for item in staged]

@@ -30,6 +30,10 @@ def _float(name: str, default: float) -> float:
     return float(raw) if raw else default
 
 
+def _list(name: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in _env(name).split(",") if part.strip())
+
+
 def _bool(name: str, default: bool) -> bool:
     raw = _env(name).lower()
     if not raw:
@@ -78,8 +82,19 @@ class Settings:
     # limits
     max_upload_mb: int = 100
     max_context_chars: int = 12000
-    # http api
-    api_key: str = ""
+    # who may use the app
+    api_auth: bool = True
+    api_keys: str = ""
+    cors_origins: tuple[str, ...] = ()
+    auth_users: str = ""
+    admin_password: str = ""
+    login_max_failures: int = 5
+    login_lock_s: float = 300.0
+    login_delay_s: float = 0.5
+    # remote images in uploaded documents
+    remote_image_hosts: tuple[str, ...] = ()
+    remote_image_max_mb: float = 5.0
+    remote_image_timeout_s: float = 10.0
 
     @property
     def milvus_uri(self) -> str:
@@ -131,7 +146,17 @@ def load_settings() -> Settings:
         mcp_api_key=_env("MCP_API_KEY") or _env("OPENAI_API_KEY"),
         max_upload_mb=_int("MAX_UPLOAD_MB", 100),
         max_context_chars=_int("MAX_CONTEXT_CHARS", 12000),
-        api_key=_env("API_KEY"),
+        api_auth=_env("API_AUTH", "on").lower() not in {"off", "0", "false", "no"},
+        api_keys=_env("API_KEYS"),
+        cors_origins=_list("CORS_ORIGINS"),
+        auth_users=_env("AUTH_USERS"),
+        admin_password=_env("ADMIN_PASSWORD"),
+        login_max_failures=_int("LOGIN_MAX_FAILURES", 5),
+        login_lock_s=_float("LOGIN_LOCK_S", 300.0),
+        login_delay_s=_float("LOGIN_DELAY_S", 0.5),
+        remote_image_hosts=tuple(h.lower() for h in _list("REMOTE_IMAGE_HOSTS")),
+        remote_image_max_mb=_float("REMOTE_IMAGE_MAX_MB", 5.0),
+        remote_image_timeout_s=_float("REMOTE_IMAGE_TIMEOUT_S", 10.0),
     )
 
 

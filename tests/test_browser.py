@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import async_playwright, expect
 
-from app_fixtures import ROOT, running_app  # noqa: F401  (fixture)
+from app_fixtures import ADMIN_PASSWORD, ROOT, running_app  # noqa: F401  (fixture)
 from conftest import CORPUS_DOCS
 
 pytestmark = pytest.mark.browser
@@ -96,10 +96,11 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
         page.set_default_timeout(WAIT_MS)
         page.on("websocket", frames.attach)
         try:
-            # -- login with the documented local default; starters list the products in the KB
+            # -- login as the admin (the field asks for a user name); starters list the products in the KB
             await page.goto(running_app.url)
+            await expect(page.get_by_text("用户名")).to_be_visible()
             await page.fill("#email", "admin")
-            await page.fill("#password", "admin")
+            await page.fill("#password", ADMIN_PASSWORD)
             await page.click("button[type=submit]")
             await expect(page.locator("#chat-input")).to_be_visible()
             await expect(page.get_by_text("Milk-V Duo S 快速上手")).to_be_visible()

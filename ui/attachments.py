@@ -12,6 +12,7 @@ from api.uploads import UploadRejected
 from graphs.importing.runner import run_import
 from services.errors import ImportProcessError
 from services.settings import get_settings
+from ui.auth import chat_user
 from ui.chat import answer
 from ui.format import ImportProgress
 from ui.uploads import StagedUpload, stage_attachment
@@ -20,6 +21,15 @@ log = logging.getLogger("ui.attachments")
 
 RENAME_PRODUCT = "rename_product"
 RENAME_TIMEOUT_S = 300
+
+
+async def may_change_knowledge_base() -> bool:
+    """Readers ask questions; importing and renaming are for admins and editors."""
+    user = chat_user()
+    if user.can_edit:
+        return True
+    await cl.Message(content=f"❌ 账号“{user.name}”是只读角色，不能导入或修改说明书；请联系管理员。").send()
+    return False
 
 
 def attached_files(message: cl.Message) -> list:
@@ -48,7 +58,7 @@ async def run_with_progress(staged: StagedUpload, task_id: str, product: str | N
 
     job = asyncio.ensure_future(asyncio.to_thread(
         run_import, staged.path, product=product, doc_key=staged.doc_key, task_id=task_id,
-        on_event=on_event))
+        on_event=on_event, by=chat_user().name))
     job.add_done_callback(lambda _: events.put_nowait(None))  # after every event the thread sent
     while (event := await events.get()) is not None:
         if event["type"] in ("node_start", "node_end", "node_error"):  # one update per node, not per picture
@@ -102,6 +112,8 @@ async def answer_after_imports(imports: list[asyncio.Task], question: str) -> No
 
 async def rename_product(action: cl.Action) -> None:
     """Ask for the right product name, then import the same file again under it (replacing itself)."""
+    if not await may_change_knowledge_base():
+        return
     info = (cl.user_session.get("uploads") or {}).get(str(action.payload.get("upload") or ""))
     if not isinstance(info, dict):
         await cl.Message(content="找不到这次上传的文件（会话可能已过期），请重新上传说明书。").send()

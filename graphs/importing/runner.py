@@ -67,11 +67,13 @@ def discard_new_images(result: ImportResult) -> None:
 
 
 def run_import(path: str | Path, *, product: str | None = None, doc_key: str | None = None,
-               task_id: str | None = None, on_event: Callable[[dict], None] | None = None) -> ImportResult:
+               task_id: str | None = None, on_event: Callable[[dict], None] | None = None,
+               by: str = "") -> ImportResult:
+    """`by`: the user who asked for the import (kept with its task)."""
     task_id = task_id or uuid.uuid4().hex
     tasks = get_task_store()
     if tasks.get(task_id) is None:
-        tasks.create(task_id, Path(path).name, product=product)
+        tasks.create(task_id, Path(path).name, product=product, by=by)
     tasks.start(task_id)
     state = {"task_id": task_id, "import_file_path": str(path)}
     if product:
