@@ -33,6 +33,8 @@ class ImportResult:
     images_uploaded: int = 0
     images_missing: int = 0
     missing_images: list[str] = field(default_factory=list)
+    images_remote: int = 0                # linked from the web and not imported (see node_md_img)
+    remote_images: list[str] = field(default_factory=list)
     seconds: float = 0.0
     node_seconds: dict = field(default_factory=dict)
     error: str = ""
@@ -114,6 +116,8 @@ def run_import(path: str | Path, *, product: str | None = None, doc_key: str | N
     result.images_uploaded = sum(1 for i in images if i["status"] == "uploaded")
     result.missing_images = [i["src"] for i in images if i["status"] == "missing"]
     result.images_missing = len(result.missing_images)
+    result.remote_images = [i["src"] for i in images if i["status"] == "remote"]
+    result.images_remote = len(result.remote_images)
     result.node_seconds = {e["node"]: e["seconds"] for e in final.get("node_log") or []}
     if result.error:
         if result.images_uploaded:
