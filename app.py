@@ -46,6 +46,7 @@ images_root.mkdir(parents=True, exist_ok=True)
 chainlit_app.router.routes.insert(0, Mount(f"{LOCAL_URL_PREFIX}/{IMAGES_PREFIX}",
                                            app=StaticFiles(directory=images_root), name="kb-images"))
 mount_api(chainlit_app)
+attachments.refuse_empty_attachments(chainlit_app)
 # Chainlit allows every origin, with credentials: only the origins set in CORS_ORIGINS may call from other sites.
 chainlit_app.user_middleware[:] = [
     Middleware(CORSMiddleware, **{**m.kwargs, "allow_origins": list(settings.cors_origins),

@@ -17,7 +17,7 @@ from api.models import (
     TaskStatus, UploadResponse,
 )
 from api.runs import QueryRuns, ServerBusy, SessionBusy
-from api.uploads import ImportQueue, upload_body_limit
+from api.uploads import ImportQueue, upload_body_limit, upload_part_limit
 from graphs.importing import UploadRejected, discard, stage_uploads
 from services.accounts import Identity
 from services.errors import StorageError
@@ -56,7 +56,7 @@ protected = APIRouter(dependencies=[Depends(current_user)], route_class=ApiRoute
 
 
 @protected.post("/upload", response_model=UploadResponse, summary="上传说明书（PDF / Markdown），后台导入")
-@body_limit(upload_body_limit)
+@body_limit(upload_body_limit, upload_part_limit)
 def upload(rt: Runtime, user: Editor, files: Annotated[list[UploadFile], File(description="一个或多个 .pdf / .md 文件")],
            product: Annotated[str | None, Form(max_length=200, description="指定商品名（覆盖自动识别）")] = None):
     try:
@@ -171,3 +171,13 @@ def _storage(read):
 
 
 router.include_router(protected)
+
+# Mounted after every other /api router: an unknown /api path (or a method a path does not take)
+# is a JSON 404; in the Chainlit app it would otherwise get the chat page.
+fallback = APIRouter(prefix="/api", route_class=ApiRoute)
+
+
+@fallback.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+                    include_in_schema=False)
+def unknown(path: str, request: Request):
+    return error_response(404, f"接口不存在：{request.method} {request.url.path}（接口列表见 /docs）")

@@ -124,7 +124,7 @@ def import_docs(files: list[Path], log=print) -> list[ImportResult]:
 
 
 def work_markdown(result: ImportResult) -> Path:
-    """The Markdown the import graph split (`{stem}_new.md` in the document's work folder)."""
+    """The Markdown the import graph split (`{doc_id}_new.md` in the document's work folder)."""
     _, doc_key = doc_identity(Path(result.file))
     found = sorted((get_settings().data_dir / "work" / doc_key).glob("*_new.md"))
     if not found:

@@ -574,6 +574,25 @@ async def test_login_page_asks_for_a_user_name_and_strangers_get_no_cors():
             assert "access-control-allow-credentials" not in reply.headers
 
 
+async def test_an_empty_attachment_is_said_to_be_empty_not_upload_failed():
+    from chainlit.auth import create_jwt
+
+    token = create_jwt(User(identifier="tester", metadata={"provider": "credentials", "role": "editor"}))
+    transport = httpx.ASGITransport(app=app.chainlit_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app",
+                                 cookies={"access_token": token}) as client:
+        empty = await client.post("/project/file", params={"session_id": "s-1"},
+                                  files={"file": ("空.pdf", b"", "application/pdf")})
+        assert empty.status_code == 400 and empty.json()["detail"] == "文件“空.pdf”是空的（0 字节），没有可导入的内容。"
+        # anything else is Chainlit's own route, unchanged: here, no such chat session
+        other = await client.post("/project/file", params={"session_id": "s-1"},
+                                  files={"file": ("a.pdf", b"%PDF-1.4", "application/pdf")})
+        assert other.status_code == 404 and other.json()["detail"] == "Session not found"
+        stranger = await client.post("/project/file", params={"session_id": "s-1"}, cookies={"access_token": "x"},
+                                     files={"file": ("空.pdf", b"", "application/pdf")})
+        assert stranger.status_code == 401
+
+
 async def test_a_reader_cannot_import_or_rename_in_the_chat(own_data, tmp_path):
     manual = tmp_path / "manual.md"
     manual.write_text("# 手册\n\n正文内容。", encoding="utf-8")

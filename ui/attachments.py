@@ -7,6 +7,9 @@ import uuid
 from pathlib import Path
 
 import chainlit as cl
+from chainlit.server import UserParam, upload_file
+from fastapi import FastAPI, HTTPException, UploadFile
+from fastapi.routing import APIRoute
 
 from graphs.importing import StagedFile, UploadRejected, run_import, stage_uploads
 from services.errors import ImportProcessError
@@ -19,6 +22,20 @@ log = logging.getLogger("ui.attachments")
 
 RENAME_PRODUCT = "rename_product"
 RENAME_TIMEOUT_S = 300
+
+
+async def upload_attachment(current_user: UserParam, session_id: str, file: UploadFile,
+                            ask_parent_id: str | None = None):
+    """Chainlit's own upload route, except that a 0-byte file (which it fails on with a bare 500)
+    is refused with what is wrong; the browser shows the message next to the file name."""
+    if file.size == 0:
+        raise HTTPException(400, f"文件“{file.filename}”是空的（0 字节），没有可导入的内容。")
+    return await upload_file(current_user, session_id, file, ask_parent_id)
+
+
+def refuse_empty_attachments(app: FastAPI) -> None:
+    """Put upload_attachment in front of Chainlit's route for the same path."""
+    app.router.routes.insert(0, APIRoute("/project/file", upload_attachment, methods=["POST"], include_in_schema=False))
 
 
 async def may_change_knowledge_base() -> bool:

@@ -5,16 +5,18 @@ Used by the CLI, the Chainlit app and the HTTP API alike.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from graphs.importing.files import StagedFile
+from graphs.importing.files import StagedFile, discard, doc_identity
 from graphs.importing.graph import build_import_graph
 from services.errors import ImportProcessError
 from services.object_store import get_object_store
+from services.settings import get_settings
 from services.task_store import get_task_store
 from services.vector_store import eq_filter, get_vector_store
 
@@ -44,12 +46,21 @@ class ImportResult:
         return asdict(self)
 
 
-def discard_new_images(result: ImportResult) -> None:
-    """After a failure: the pictures of a document with no stored version go (nothing refers to
-    them); an earlier good version keeps its pictures.  The vector store rolls its own writes back."""
+def discard_failed(result: ImportResult, staged: StagedFile | None) -> None:
+    """After a failure: an upload's staged copy goes. A document with no stored version also loses
+    its pictures, its original and its work folder (nothing refers to them); an earlier good version
+    keeps its own. The vector store rolls its own writes back."""
+    if staged is not None:
+        discard([staged])
+    doc_id, doc_key = result.doc_id, result.doc_key
+    if not doc_key and staged is not None:  # it failed before the entry node named the document
+        doc_id, doc_key = doc_identity(staged.path, staged.doc_key)
+    if not doc_key:
+        return
     try:
-        if not get_vector_store().count(expr=eq_filter("doc_id", result.doc_id)):
-            get_object_store().clear_images(result.doc_key)
+        if not get_vector_store().count(expr=eq_filter("doc_id", doc_id)):
+            get_object_store().delete_document(doc_key)
+            shutil.rmtree(get_settings().data_dir / "work" / doc_key, ignore_errors=True)
     except Exception as exc:  # the failure is already reported; log what could not be undone
         log.warning("clean-up after the failed import of %s failed: %s", result.file, exc)
 
@@ -110,8 +121,7 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     result.images_remote = len(result.remote_images)
     result.node_seconds = {e["node"]: e["seconds"] for e in final.get("node_log") or []}
     if result.error:
-        if result.images_uploaded:
-            discard_new_images(result)
+        discard_failed(result, staged)
         tasks.fail(task_id, result.error)
         forward({"type": "import_failed", "error": result.error, "node": result.failed_node})
         return result

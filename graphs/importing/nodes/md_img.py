@@ -3,7 +3,8 @@
 Pictures linked from the web are fetched once here from trusted hosts and served like the local
 ones, or dropped with a notice: an answer never makes the reader's browser ask another site.
 
-Writes `{stem}_new.md` in the work folder; the original file is never touched.
+Writes `{doc_id}_new.md` in the work folder (never named from the user's file name, which may be
+long enough to break the file system's limit); the original file is never touched.
 """
 from __future__ import annotations
 
@@ -170,7 +171,7 @@ def node_md_img(state: dict) -> dict:
         last = end
     pieces.append(text[last:])
     new_text = "".join(pieces)
-    new_md = Path(state["work_dir"]) / f"{md_file.stem}_new.md"
+    new_md = Path(state["work_dir"]) / f"{state['doc_id']}_new.md"
     new_md.write_text(new_text, encoding="utf-8")
     counts = {s: sum(1 for i in images if i["status"] == s) for s in ("uploaded", "remote", "missing")}
     return {
