@@ -6,7 +6,9 @@ to the earlier conversation from the sidebar and follow up with "它". Screensho
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from playwright.async_api import async_playwright, expect
 
 from app_fixtures import ADMIN_PASSWORD, ROOT, running_app  # noqa: F401  (fixture)
 from conftest import CORPUS_DOCS
+from fakes.image_server import FakeImageSite
 
 pytestmark = pytest.mark.browser
 
@@ -85,6 +88,16 @@ async def ask(page, question: str) -> float:
     return await page.evaluate(SEND_AND_TIME_FIRST_STEP, NODE_STEPS)
 
 
+async def log_in(page, url: str) -> None:
+    """As the admin; the field asks for a user name, not an e-mail address."""
+    await page.goto(url)
+    await expect(page.get_by_text("用户名")).to_be_visible()
+    await page.fill("#email", "admin")
+    await page.fill("#password", ADMIN_PASSWORD)
+    await page.click("button[type=submit]")
+    await expect(page.locator("#chat-input")).to_be_visible()
+
+
 async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
     assert CHROMIUM.exists(), "Chromium is missing: run scripts/install_system_deps.sh"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -96,13 +109,8 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
         page.set_default_timeout(WAIT_MS)
         page.on("websocket", frames.attach)
         try:
-            # -- login as the admin (the field asks for a user name); starters list the products in the KB
-            await page.goto(running_app.url)
-            await expect(page.get_by_text("用户名")).to_be_visible()
-            await page.fill("#email", "admin")
-            await page.fill("#password", ADMIN_PASSWORD)
-            await page.click("button[type=submit]")
-            await expect(page.locator("#chat-input")).to_be_visible()
+            # -- login; starters list the products in the KB
+            await log_in(page, running_app.url)
             await expect(page.get_by_text("Milk-V Duo S 快速上手")).to_be_visible()
             await expect(page.locator("#chat-settings-open-modal")).to_be_visible()  # the session is up
             await shot(page, "01-welcome")
@@ -191,3 +199,42 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
     (ARTIFACTS / "first_step_latency.json").write_text(json.dumps(report), encoding="utf-8")
     print(f"\nfirst step visible after sending: {', '.join(f'{ms:.0f} ms' for ms in first_step_ms)} "
           f"(median {report['median_ms']} ms, target ≤ {FIRST_STEP_TARGET_MS} ms)")
+
+
+async def test_a_remote_image_manual_makes_the_browser_fetch_nothing_remote(running_app, tmp_path):  # noqa: F811
+    manual = tmp_path / "星云S1扫地机.md"
+    with FakeImageSite() as site:  # another site, as far as the page is concerned: another origin
+        manual.write_text(
+            "# 星云 S1 扫地机 使用说明书\n\n## 清理滚刷\n\n关机后取下滚刷盖板，剪断缠绕在滚刷上的毛发再装回。\n\n"
+            f"![滚刷位置]({site.url('/track.png')})\n\n<img src={site.url('/pixel.png')}>\n", encoding="utf-8")
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = await browser.new_page(viewport={"width": 1366, "height": 900}, locale="zh-CN")
+            page.set_default_timeout(WAIT_MS)
+            elsewhere: list[str] = []  # pictures the page asked any other origin for
+            page.on("request", lambda r: elsewhere.append(r.url) if r.resource_type == "image" and not r.url.startswith(
+                (running_app.url, "data:", "blob:")) else None)
+            try:
+                await log_in(page, running_app.url)
+                await expect(page.locator("#chat-settings-open-modal")).to_be_visible()  # the session is up
+                await page.set_input_files("#upload-button-input", str(manual))
+                await expect(page.locator("#attachments")).to_contain_text(manual.name)
+                await expect(page.locator("#chat-submit")).to_be_enabled()
+                await page.click("#chat-submit")
+                done = page.locator(REPLIES).filter(has_text="导入完成")
+                await expect(done).to_be_visible()
+                await expect(done).to_contain_text("2 张网络图片来自未允许的网站，未导入")
+                await ask(page, "星云 S1 扫地机 怎么清理滚刷？")
+                answer = page.locator(REPLIES).filter(has_text="来源").last
+                await expect(answer).to_be_visible()
+                await answer.get_by_text(re.compile(r"^\[1\] ")).first.click()  # the passage, in the side panel
+                await expect(page.get_by_text("网络图片未导入").first).to_be_visible()
+                await asyncio.sleep(1.0)  # time for any picture the page would still load
+                await shot(page, "09-remote-image-not-loaded")
+            except Exception:
+                await shot(page, "99-failure-remote-image")
+                print(running_app.log_tail())
+                raise
+            finally:
+                await browser.close()
+        assert site.requests == [] and elsewhere == []
