@@ -125,3 +125,33 @@ def test_resumed_stream_delivers_every_delta_exactly_once(api, model, product_of
     assert [e.name for e in read_sse(api, session)] == ["ready", "final"]
     bad = api.get(f"/api/stream/{session}", headers={"Last-Event-ID": "abc"})
     assert bad.status_code == 400 and "Last-Event-ID" in bad.json()["error"]
+
+
+CATALOG_READS = ["/api/products", "/api/documents", "/api/documents/d0", "/api/documents/d0/chunks"]
+CATALOG_CHANGES = [("DELETE", "/api/documents/d0"), ("PATCH", "/api/products/某产品"),
+                   ("DELETE", "/api/products/某产品"), ("POST", "/api/reindex")]
+
+
+def test_the_catalogue_reads_for_users_and_changes_for_editors(api_server, env, tmp_path):
+    env(DATA_DIR=str(tmp_path / "data"))  # the session's knowledge base is not touched
+    manual = tmp_path / "星云S1.md"
+    manual.write_text("# 星云 S1 扫地机 使用说明书\n\n## 清理滚刷\n\n关机后取下滚刷盖板。\n", encoding="utf-8")
+    with httpx.Client(base_url=api_server.base_url, timeout=60) as stranger, \
+            api_client(api_server.base_url, "rita") as rita, api_client(api_server.base_url, "alice") as alice:
+        upload = alice.post("/api/upload", files=[("files", (manual.name, manual.read_bytes(), "text/markdown"))])
+        assert wait_task(alice, upload.json()["task_ids"][0])["status"] == "completed"
+        product = alice.get("/api/products").json()[0]["product"]
+        for path in CATALOG_READS:
+            assert stranger.get(path).status_code == 401, path
+            assert rita.get(path).status_code in (200, 404), path  # readers may look
+        for method, path in CATALOG_CHANGES:
+            assert stranger.request(method, path, json={"new_name": "x"}).status_code == 401, path
+            refused = rita.request(method, path, json={"new_name": "x"})
+            assert refused.status_code == 403 and "只读角色" in refused.json()["error"], path
+        assert [p["product"] for p in rita.get("/api/products").json()] == [product]  # nothing changed
+        renamed = alice.patch(f"/api/products/{product}", json={"new_name": "星云 S1 Pro"})
+        assert renamed.status_code == 200, renamed.text
+        (record,) = alice.get("/api/documents").json()
+        assert record["product"] == "星云 S1 Pro" and record["updated_by"] == "alice"  # who changed it
+        reindex = alice.post("/api/reindex")
+        assert reindex.status_code == 202 and wait_task(alice, reindex.json()["task_id"])["by"] == "alice"

@@ -14,6 +14,7 @@ from typing import Callable
 
 from graphs.importing.files import StagedFile, discard, doc_identity
 from graphs.importing.graph import build_import_graph
+from graphs.importing.recognition import plan_set
 from services.errors import ImportProcessError
 from services.object_store import get_object_store
 from services.settings import get_settings
@@ -41,6 +42,8 @@ class ImportResult:
     failed_node: str = ""
     doc_id: str = ""                 # the document's stable identity in the vector store
     doc_key: str = ""                # its folder in the object store and under DATA_DIR/work
+    product_how: str = ""            # how the product was decided: named | folder | set | weak | file | user
+    product_evidence: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -68,7 +71,8 @@ def discard_failed(result: ImportResult, staged: StagedFile | None) -> None:
 def run_import(path: str | Path, *, product: str | None = None, staged: StagedFile | None = None,
                task_id: str | None = None, on_event: Callable[[dict], None] | None = None,
                product_source: str = "user", product_evidence: str = "", set_id: str = "",
-               updated_by: str = "") -> ImportResult:
+               updated_by: str = "", identity: str | None = None, original_key: str | None = None,
+               source: str = "path", file_name: str = "") -> ImportResult:
     """Import one file. `product` (given by a person, or by set recognition with
     product_source="set") overrides recognition; `staged` is an upload received by stage_uploads."""
     task_id = task_id or uuid.uuid4().hex
@@ -77,9 +81,13 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
         tasks.create(task_id, staged.name if staged else Path(path).name, product=product, by=updated_by)
     tasks.start(task_id)
     state = {"task_id": task_id, "import_file_path": str(path), "set_id": set_id, "updated_by": updated_by,
-             "source": "path"}
+             "source": source, "file_name": file_name or Path(path).name}
     if product:
         state.update(product=product, item_name_source=product_source, product_evidence=product_evidence)
+    if identity:  # the same document again (reindexing from its original)
+        state["doc_key"] = identity
+    if original_key:
+        state["original_key"] = original_key
     if staged is not None:
         state.update(staged=True, doc_key=staged.doc_key, file_name=staged.display_name, source="upload",
                      content_hash=staged.content_hash, original_key=staged.original_key)
@@ -112,6 +120,7 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     result.seconds = round(time.perf_counter() - started, 3)
     images = final.get("images") or []
     result.item_name = final.get("item_name", "")
+    result.product_evidence = final.get("product_evidence", product_evidence)
     result.doc_id, result.doc_key = final.get("doc_id", ""), final.get("doc_key", "")
     result.pages = int(final.get("pages") or 0)
     result.images_uploaded = sum(1 for i in images if i["status"] == "uploaded")
@@ -130,3 +139,29 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     tasks.complete(task_id, {k: v for k, v in result.to_dict().items() if k not in ("node_seconds",)})
     forward({"type": "import_done", "result": result.to_dict()})
     return result
+
+
+def import_set(paths: list[Path], *, root: Path | None = None, product: str | None = None,
+               staged: list[StagedFile] | None = None, products: dict[str, str] | None = None,
+               on_event: Callable[[dict], None] | None = None, updated_by: str = "") -> list[ImportResult]:
+    """Import files that arrived together, their products recognised across the set first.
+    `product` names one product for all; `products` one per file (by path or file name)."""
+    plan = plan_set(paths, root) if not product else []
+    by_path = {str(p.path): p for p in plan}
+    set_id = uuid.uuid4().hex
+    results = []
+    for i, path in enumerate(paths):
+        given = product or (products or {}).get(str(path)) or (products or {}).get(path.name)
+        planned = by_path.get(str(path))
+        if given:
+            name, source, how, evidence = given, "user", "user", "由用户指定"
+        elif planned and planned.product:
+            name, source, how, evidence = planned.product, "set", planned.how, planned.evidence
+        else:
+            name, source, how, evidence = None, "user", "file", planned.evidence if planned else ""
+        result = run_import(path, product=name, product_source=source, product_evidence=evidence,
+                            staged=staged[i] if staged else None, task_id=staged[i].task_id if staged else None,
+                            on_event=on_event, set_id=set_id, updated_by=updated_by)
+        result.product_how = how
+        results.append(result)
+    return results
