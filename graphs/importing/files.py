@@ -32,14 +32,14 @@ def iter_import_files(paths: list[str | Path]) -> list[Path]:
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if _is_dir(p):
+        if is_folder(p):
             found.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in SUPPORTED))
         else:
             found.append(p)
     return found
 
 
-def _is_dir(path: Path) -> bool:
+def is_folder(path: Path) -> bool:
     try:
         return path.is_dir()
     except OSError:  # e.g. a name over 255 bytes: reported as this file's failure by validate_file
@@ -170,13 +170,13 @@ def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) 
                              client_folders(raw_name)))
         store = get_object_store(settings)
         staged = []
-        for task_id, display, target, digest, folders in received:
+        for task_id, display, target, digest, client_dirs in received:  # `folders` is the clean-up list
             doc_key = f"upload:{target.name}:{digest}"
             try:
                 original = store.upload_original(target, doc_identity(target, doc_key)[1])
             except ImportProcessError as exc:
                 raise UploadRejected(503, f"原件保存失败，没有开始导入：{exc.message}") from exc
-            staged.append(StagedFile(task_id, target.name, display, target, doc_key, digest, original, folders))
+            staged.append(StagedFile(task_id, target.name, display, target, doc_key, digest, original, client_dirs))
     except BaseException:
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
