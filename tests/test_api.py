@@ -356,7 +356,7 @@ def test_upload_validation_rejects_the_whole_batch(api, env, tmp_path, monkeypat
     missing = api.post("/api/upload", data={"product": "x"})
     assert missing.status_code == 422 and "files：缺少必填字段" in missing.json()["error"]
 
-    over = api.post("/api/upload", files=_files(("huge.pdf", b"0" * (12 * 1024 * 1024))))
+    over = api.post("/api/upload", files=_files(("huge.pdf", b"0" * (52 * 1024 * 1024))))
     assert over.status_code == 413 and "请求体过大" in over.json()["error"]
 
     def refuse(self, path, doc_key):
