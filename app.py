@@ -22,9 +22,10 @@ from services.object_store import IMAGES_PREFIX, LOCAL_URL_PREFIX, local_images_
 from services.settings import get_settings
 from services.task_store import get_task_store
 from services.vector_store import get_vector_store
-from ui import attachments, chat
+from ui import attachments, chat, sources
 from ui.auth import LoginAddress, announce_admin_password, check_login, ensure_auth_secret, login_address
 from ui.data_layer import HistoryDataLayer
+from ui.translations import mount_translations
 
 log = logging.getLogger("app")
 
@@ -54,6 +55,7 @@ chainlit_app.user_middleware[:] = [
                                    "allow_credentials": bool(settings.cors_origins)})
     if m.cls is CORSMiddleware else m for m in chainlit_app.user_middleware]
 chainlit_app.add_middleware(LoginAddress)
+mount_translations(chainlit_app)
 
 
 @cl.on_app_startup
@@ -107,6 +109,7 @@ async def resume(thread: dict) -> None:
     # the thread id is the query graph's session id: follow-ups ("它") see this conversation's history
     cl.user_session.set("session_id", thread["id"])
     await chat.settings_widgets(chat.chat_settings()).send()
+    await sources.restore_source_actions(thread)
 
 
 @cl.on_message
@@ -138,6 +141,11 @@ async def on_message(message: cl.Message) -> None:
 @cl.action_callback(chat.CHOOSE_PRODUCT)
 async def on_choose_product(action: cl.Action) -> None:
     await chat.choose_product(action)
+
+
+@cl.action_callback(sources.OPEN_SOURCE)
+async def on_open_source(action: cl.Action) -> None:
+    await sources.open_source(action)
 
 
 @cl.action_callback(attachments.RENAME_PRODUCT)
