@@ -43,6 +43,10 @@ class EmbeddingError(ImportProcessError):
     pass
 
 
+class RerankError(ImportProcessError):
+    pass
+
+
 class LLMError(ImportProcessError):
     pass
 
