@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
 import platform
 import re
@@ -16,9 +15,8 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from bench.shared import CORPUS
+from bench.tables import fmt, md_table, percentiles, write_json  # noqa: F401  (re-exported to the benches)
 from graphs.importing.nodes.entry import doc_identity
 from graphs.importing.runner import ImportResult, iter_import_files, run_import
 from graphs.query.graph import build_query_graph
@@ -175,14 +173,6 @@ def rank_metrics(ranks: list[int | None]) -> dict:
     return out
 
 
-def percentiles(values: list[float]) -> dict:
-    """p50 / p95 in milliseconds."""
-    if not values:
-        return {"p50_ms": None, "p95_ms": None, "n": 0}
-    p50, p95 = np.percentile(np.asarray(values, dtype=float) * 1000, [50, 95])
-    return {"p50_ms": round(float(p50), 2), "p95_ms": round(float(p95), 2), "n": len(values)}
-
-
 def node_latency(runs: list[dict[str, float]]) -> dict[str, dict]:
     """{node: p50/p95} over the runs in which the node ran, in graph order of first appearance."""
     nodes = list(dict.fromkeys(n for run in runs for n in run))
@@ -322,20 +312,6 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def fmt(value, digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def md_table(headers: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def machine_line(machine: dict, load_end: list[float]) -> str:
     return (f"{machine['cores']} 核，开始时负载 {machine['load_avg_1_5_15']}，结束时负载 {load_end}；"
             f"向量模型 {machine['embedder']}，精排 {machine['reranker']}，大模型 {machine['llm']}")
@@ -357,6 +333,3 @@ def pyplot():
     plt.rcParams["axes.unicode_minus"] = False
     return plt
 
-
-def write_json(path: Path, data) -> None:
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")
