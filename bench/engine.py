@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -247,6 +248,7 @@ def run(out: Path, sizes: list[int], budget_s: float, log=print) -> dict:
                 log(f"  写入时间预算 {budget_s} 秒用完，停止扩充")
                 break
         client.close()
+    shutil.rmtree(folder, ignore_errors=True)
     report["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     write_json(out / "engine.json", report)
     (out / "engine.md").write_text(markdown(report), encoding="utf-8")
