@@ -169,7 +169,7 @@ def features(client: MilvusClient, rows: Rows) -> dict:
         out["bm25_jieba"] = bool(res and res[0]) and all(term in entity(h)["content"] for h in res[0])
     except Exception as exc:
         out["bm25_jieba"] = f"失败：{exc}"
-    name = rows.product(3)
+    name = rows.product(0)
     for label, ranker in (("hybrid_weighted", WeightedRanker(0.8, 0.2, norm_score=True)), ("hybrid_rrf", RRFRanker(60))):
         try:
             hits = hybrid(client, rows.query_vector(), "怎么烧录固件", f"item_name == {escaped(name)}", ranker)
