@@ -42,6 +42,7 @@ BRANDS = ["星河", "北辰", "Acme", "Nova", "千帆", "Zeta", "天工", "Orion
 SERIES = ["QX", "RT", "KZ", "HL", "PW", "GN"]
 KINDS = ["开发板", "主板", "模块", "控制器", "传感器"]
 PROFILE_QUERIES = 20
+CONFIRM_NODE = "node_item_name_confirm"
 
 
 def synthetic_name(p: int) -> str:
@@ -188,11 +189,14 @@ def grow(pool: dict, first: int, count: int, per_product: int, rng: np.random.Ge
 def measure(questions: list[str], label, rows: int, profile_target: float | None, log) -> dict:
     """Retrieval-path latency per node over the questions, after one untimed first query."""
     _, first = retrieval_path(questions[0])
-    runs, totals = [], []
+    runs, totals, by_method = [], [], {}
     for q in questions:
         state, seconds = retrieval_path(q)
         totals.append(seconds)
         runs.append(node_seconds(state))
+        # lexical decisions cost the name matching only; "evidence" ones also search every product's chunks
+        method = (state.get("decision") or {}).get("method", "—")
+        by_method.setdefault(method, []).append(runs[-1].get(CONFIRM_NODE, 0.0))
     embedder = get_embedder()
     embeds = []
     for q in questions:
@@ -200,7 +204,8 @@ def measure(questions: list[str], label, rows: int, profile_target: float | None
         embedder.embed_query(q)
         embeds.append(time.perf_counter() - t)
     out = {"label": label, "rows": rows, "first_query_s": round(first, 3), "retrieval_path": percentiles(totals),
-           "nodes": node_latency(runs), "query_embedding": percentiles(embeds), "peak_rss_mb": peak_rss_mb()}
+           "nodes": node_latency(runs), "query_embedding": percentiles(embeds), "peak_rss_mb": peak_rss_mb(),
+           "confirm_by_method": {m: percentiles(v) for m, v in sorted(by_method.items())}}
     p50 = out["retrieval_path"]["p50_ms"]
     log(f"  {rows} 个切片：检索路径 p50 {p50} 毫秒，p95 {out['retrieval_path']['p95_ms']} 毫秒，"
         f"首次查询 {first:.2f} 秒")
@@ -287,6 +292,14 @@ def latency_table(report: dict) -> str:
     return md_table(headers, rows)
 
 
+def confirm_table(report: dict) -> str:
+    levels = report["scale"]["levels"]
+    methods = list(dict.fromkeys(m for lv in levels for m in lv["confirm_by_method"]))
+    rows = [[lv["rows"], *[f"{v['p50_ms']:.1f} / {v['p95_ms']:.1f}（{v['n']} 题）" if (v := lv["confirm_by_method"].get(m))
+                           else "—" for m in methods]] for lv in levels]
+    return md_table(["切片数", *[f"{m} p50/p95" for m in methods]], rows)
+
+
 def profile_sections(report: dict) -> list[str]:
     found = [(f"{report['long_pdf_import']['built_pages']} 页 PDF 导入", report["long_pdf_import"].get("profile"), "整次导入")]
     found += [(f"{lv['rows']} 个切片的检索路径", lv.get("profile"), "每个问题") for lv in report["scale"]["levels"]]
@@ -314,6 +327,8 @@ def report_markdown(report: dict) -> str:
         f"每个规模跑问答集的全部 {report['questions']} 题（关闭联网与 HyDE，到回答节点前为止），"
         "先跑一次不计时的首次查询。", "",
         latency_table(report), "",
+        "产品确认节点按判定方式（lexical：问题里写了产品名，只做名称匹配；evidence：没写产品名，还要在全部产品的切片里检索证据）：", "",
+        confirm_table(report), "",
     ]
     if s.get("growth"):
         syn = s["synthetic"]
@@ -396,6 +411,7 @@ def run(out: str | Path, docs: list[str | Path] | None = None, qa: str | Path = 
     chart(report, out / "speed.png")
     log(import_table(report))
     log(latency_table(report))
+    log(confirm_table(report))
     log(targets_table(report["targets"]))
     log(f"报告已写入 {out}")
     return report
