@@ -17,8 +17,7 @@ from pathlib import Path
 
 from bench.shared import CORPUS
 from bench.tables import fmt, md_table, percentiles, write_json  # noqa: F401  (re-exported to the benches)
-from graphs.importing.nodes.entry import doc_identity
-from graphs.importing.runner import ImportResult, iter_import_files, run_import
+from graphs.importing import ImportResult, doc_identity, iter_import_files, run_import
 from graphs.query.graph import build_query_graph
 from graphs.query.runner import initial_state
 from services.embeddings import get_embedder

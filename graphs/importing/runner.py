@@ -11,16 +11,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from graphs.importing.files import StagedFile
 from graphs.importing.graph import build_import_graph
+from graphs.importing.recognition import plan_set
 from services.errors import ImportProcessError
 from services.object_store import get_object_store
 from services.task_store import get_task_store
 from services.vector_store import eq_filter, get_vector_store
 
 log = logging.getLogger("import.runner")
-
-IMPORTABLE = {".pdf", ".md", ".markdown"}
-
 
 @dataclass
 class ImportResult:
@@ -39,21 +38,11 @@ class ImportResult:
     failed_node: str = ""
     doc_id: str = ""                 # the document's stable identity in the vector store
     doc_key: str = ""                # its folder in the object store and under DATA_DIR/work
+    product_how: str = ""            # how the product was decided: named | folder | set | weak | file | user
+    product_evidence: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def iter_import_files(paths: list[str | Path]) -> list[Path]:
-    """Files and folders (recursively) -> the `.pdf` / `.md` files, in a stable order."""
-    found: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            found.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMPORTABLE))
-        else:
-            found.append(p)
-    return found
 
 
 def discard_new_images(result: ImportResult) -> None:
@@ -66,18 +55,24 @@ def discard_new_images(result: ImportResult) -> None:
         log.warning("clean-up after the failed import of %s failed: %s", result.file, exc)
 
 
-def run_import(path: str | Path, *, product: str | None = None, doc_key: str | None = None,
-               task_id: str | None = None, on_event: Callable[[dict], None] | None = None) -> ImportResult:
+def run_import(path: str | Path, *, product: str | None = None, staged: StagedFile | None = None,
+               task_id: str | None = None, on_event: Callable[[dict], None] | None = None,
+               product_source: str = "user", product_evidence: str = "", set_id: str = "",
+               updated_by: str = "") -> ImportResult:
+    """Import one file. `product` (given by a person, or by set recognition with
+    product_source="set") overrides recognition; `staged` is an upload received by stage_uploads."""
     task_id = task_id or uuid.uuid4().hex
     tasks = get_task_store()
     if tasks.get(task_id) is None:
-        tasks.create(task_id, Path(path).name, product=product)
+        tasks.create(task_id, staged.name if staged else Path(path).name, product=product)
     tasks.start(task_id)
-    state = {"task_id": task_id, "import_file_path": str(path)}
+    state = {"task_id": task_id, "import_file_path": str(path), "set_id": set_id, "updated_by": updated_by,
+             "source": "path"}
     if product:
-        state["product"] = product
-    if doc_key:
-        state["doc_key"] = doc_key
+        state.update(product=product, item_name_source=product_source, product_evidence=product_evidence)
+    if staged is not None:
+        state.update(staged=True, doc_key=staged.doc_key, file_name=staged.display_name, source="upload",
+                     content_hash=staged.content_hash, original_key=staged.original_key)
     started = time.perf_counter()
     result = ImportResult(task_id=task_id, file=str(path), status="failed")
     final: dict = {}
@@ -107,6 +102,7 @@ def run_import(path: str | Path, *, product: str | None = None, doc_key: str | N
     result.seconds = round(time.perf_counter() - started, 3)
     images = final.get("images") or []
     result.item_name = final.get("item_name", "")
+    result.product_evidence = final.get("product_evidence", product_evidence)
     result.doc_id, result.doc_key = final.get("doc_id", ""), final.get("doc_key", "")
     result.pages = int(final.get("pages") or 0)
     result.images_uploaded = sum(1 for i in images if i["status"] == "uploaded")
@@ -124,3 +120,29 @@ def run_import(path: str | Path, *, product: str | None = None, doc_key: str | N
     tasks.complete(task_id, {k: v for k, v in result.to_dict().items() if k not in ("node_seconds",)})
     forward({"type": "import_done", "result": result.to_dict()})
     return result
+
+
+def import_set(paths: list[Path], *, root: Path | None = None, product: str | None = None,
+               staged: list[StagedFile] | None = None, products: dict[str, str] | None = None,
+               on_event: Callable[[dict], None] | None = None, updated_by: str = "") -> list[ImportResult]:
+    """Import files that arrived together, their products recognised across the set first.
+    `product` names one product for all; `products` one per file (by path or file name)."""
+    plan = plan_set(paths, root) if not product else []
+    by_path = {str(p.path): p for p in plan}
+    set_id = uuid.uuid4().hex
+    results = []
+    for i, path in enumerate(paths):
+        given = product or (products or {}).get(str(path)) or (products or {}).get(path.name)
+        planned = by_path.get(str(path))
+        if given:
+            name, source, how, evidence = given, "user", "user", "由用户指定"
+        elif planned and planned.product:
+            name, source, how, evidence = planned.product, "set", planned.how, planned.evidence
+        else:
+            name, source, how, evidence = None, "user", "file", planned.evidence if planned else ""
+        result = run_import(path, product=name, product_source=source, product_evidence=evidence,
+                            staged=staged[i] if staged else None, task_id=staged[i].task_id if staged else None,
+                            on_event=on_event, set_id=set_id, updated_by=updated_by)
+        result.product_how = how
+        results.append(result)
+    return results
