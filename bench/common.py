@@ -34,6 +34,7 @@ RETRIEVAL_OPTIONS = {"web_search": False, "hyde": False}
 ANSWER_NODE = "node_answer_output"
 # Storage servers are left out so a benchmark never writes into a real knowledge base.
 STORAGE_SERVER_VARS = ("MILVUS_URL", "MONGO_URL", "MINIO_ENDPOINT")
+COLLECTION_VARS = ("CHUNKS_COLLECTION", "ITEM_NAME_COLLECTION")
 EXTRA_FIELDS = ["chunk_id", "content", "title", "file_title", "item_name"]
 INSERT_BATCH = 2000
 CJK_FONTS = ["Noto Sans CJK SC", "Noto Sans CJK JP", "WenQuanYi Micro Hei", "SimHei", "Microsoft YaHei",
@@ -45,25 +46,35 @@ class BenchError(Exception):
 
 
 @contextlib.contextmanager
-def isolated_data_dir(path: str | Path | None = None, keep: bool = False):
+def isolated_data_dir(path: str | Path | None = None, keep: bool = False, milvus_url: str = ""):
     """Point DATA_DIR at a fresh folder (embedded stores only) for the duration, then restore.
 
     The vector store is cached per Milvus file, so the new folder gets its own; it is closed on exit.
-    A temporary folder is removed afterwards unless `keep`.
+    A temporary folder is removed afterwards unless `keep`. `milvus_url`: a throwaway Milvus server
+    named on the command line instead of Milvus Lite; this run's collections get names of their
+    own there and are dropped on exit.
     """
     folder = Path(path) if path else Path(tempfile.mkdtemp(prefix="zgzk-bench-"))
     if folder.exists() and any(folder.iterdir()):
         raise BenchError(f"数据目录必须是空的或不存在：{folder}")
     folder.mkdir(parents=True, exist_ok=True)
-    saved = {k: os.environ.get(k) for k in ("DATA_DIR", *STORAGE_SERVER_VARS)}
+    saved = {k: os.environ.get(k) for k in ("DATA_DIR", *STORAGE_SERVER_VARS, *COLLECTION_VARS)}
     os.environ["DATA_DIR"] = str(folder.resolve())
     for var in STORAGE_SERVER_VARS:
         os.environ[var] = ""
+    if milvus_url:
+        tag = re.sub(r"\W", "_", folder.name)
+        os.environ.update(MILVUS_URL=milvus_url, CHUNKS_COLLECTION=f"bench_{tag}_chunks",
+                          ITEM_NAME_COLLECTION=f"bench_{tag}_items")
     reload_settings()
     try:
         yield folder
     finally:
-        get_vector_store().close()
+        store = get_vector_store()
+        if milvus_url:
+            for name in (store.chunks, store.items):
+                store.client.drop_collection(name)
+        store.close()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -320,6 +320,7 @@ def report_markdown(report: dict) -> str:
     lines = [
         "# 速度与规模基准报告", "",
         f"- 生成时间：{report['generated_at']}；机器：{machine_line(report['machine'], report['load_avg_end'])}",
+        f"- 向量库：{report['vector_store']}",
         f"- 进程启动到开始计时（解释器与模块导入）：{report['startup_s']} 秒；向量模型加载 {c['model_load_s']} 秒，"
         f"精排器加载 {c['reranker_load_s']} 秒，Milvus Lite 启动 {c['store_open_s']} 秒（都计入样例语料导入用时）",
         "", "## 导入", "", import_table(report), "", node_table(report), "",
@@ -379,7 +380,8 @@ def chart(report: dict, path: Path) -> None:
 
 def run(out: str | Path, docs: list[str | Path] | None = None, qa: str | Path = QA_FILE,
         sizes: list[int] = DEFAULT_SIZES, pdf_pages: int = 100, pool: int = 2000, per_product: int = 100,
-        profile: bool = True, data_dir: str | Path | None = None, keep_data: bool = False, log=print) -> dict:
+        profile: bool = True, data_dir: str | Path | None = None, keep_data: bool = False, milvus_url: str = "",
+        log=print) -> dict:
     startup = time.time() - psutil.Process().create_time()
     files = expand_docs(docs) if docs else corpus_docs()
     questions = [q.question for q in load_qa(qa)]
@@ -389,13 +391,13 @@ def run(out: str | Path, docs: list[str | Path] | None = None, qa: str | Path = 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     load_start = [round(x, 2) for x in os.getloadavg()]
-    with isolated_data_dir(data_dir, keep=keep_data) as folder:
+    with isolated_data_dir(data_dir, keep=keep_data, milvus_url=milvus_url) as folder:
         log(f"数据目录：{folder}")
         log("导入样例语料……")
         corpus = corpus_phase(files, log)
         log(f"  共 {corpus['seconds']} 秒（含模型加载 {corpus['model_load_s']} 秒）")
         log("导入长 PDF……")
-        with isolated_data_dir(keep=keep_data) as pdf_folder:
+        with isolated_data_dir(keep=keep_data, milvus_url=milvus_url) as pdf_folder:
             long_pdf = long_pdf_phase(pdfs, pdf_pages, pdf_folder, profile, log)
         log(f"  {long_pdf['pages']} 页，{long_pdf['seconds']} 秒，{long_pdf['pages_per_s']} 页/秒")
         log("检索耗时与集合大小……")
@@ -404,7 +406,8 @@ def run(out: str | Path, docs: list[str | Path] | None = None, qa: str | Path = 
     machine["load_avg_1_5_15"] = load_start
     report = {"generated_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine,
               "load_avg_end": [round(x, 2) for x in os.getloadavg()], "startup_s": round(startup, 2),
-              "questions": len(questions), "corpus_import": corpus, "long_pdf_import": long_pdf, "scale": scale}
+              "questions": len(questions), "corpus_import": corpus, "long_pdf_import": long_pdf, "scale": scale,
+              "vector_store": f"Milvus 服务器 {milvus_url}" if milvus_url else "Milvus Lite（内嵌）"}
     report["targets"] = targets(report)
     write_json(out / "speed.json", report)
     (out / "speed.md").write_text(report_markdown(report), encoding="utf-8")
@@ -427,12 +430,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", type=int, default=2000, help="合成切片素材的文本段数（各向量化一次）")
     parser.add_argument("--per-product", type=int, default=100, help="每个合成产品的切片数")
     parser.add_argument("--no-profile", action="store_true", help="未达标时不做剖析")
+    parser.add_argument("--milvus-url", default="",
+                        help="改测一个 Milvus 服务器（只用于基准的临时服务器；本次的集合用单独的名字，结束后删除）")
     add_data_dir_options(parser)
     args = parser.parse_args(argv)
     if args.pdf_pages < 1 or args.pool < 1 or args.per_product < 1 or any(s < 1 for s in args.sizes):
         parser.error("页数、素材段数、每产品切片数和规模都必须是正整数")
     return run_cli(lambda: run(args.out, args.docs, args.qa, args.sizes, args.pdf_pages, args.pool,
-                               args.per_product, not args.no_profile, args.data_dir, args.keep_data), "基准")
+                               args.per_product, not args.no_profile, args.data_dir, args.keep_data,
+                               args.milvus_url), "基准")
 
 
 if __name__ == "__main__":

@@ -101,3 +101,21 @@ def test_milvus_lite_calls_stay_serial_and_reads_are_paged(corpus_results, monke
     monkeypatch.setattr(vector_store, "QUERY_PAGE", 7)
     rows = store.query(store.chunks, "chunk_id >= 0", ["chunk_id"])
     assert len(rows) == len({r["chunk_id"] for r in rows}) == store.count() > 7 * 3
+
+
+def test_benchmark_on_a_server_uses_collections_of_its_own_and_drops_them(milvus_url):
+    from pymilvus import MilvusClient
+
+    from bench.common import isolated_data_dir
+
+    before = get_settings()
+    with isolated_data_dir(milvus_url=milvus_url):
+        inside = get_settings()
+        assert inside.milvus_url == milvus_url and inside.chunks_collection.startswith("bench_zgzk_bench_")
+        get_vector_store().open()
+        made = {inside.chunks_collection, inside.item_name_collection}
+        assert made <= set(MilvusClient(milvus_url).list_collections())
+    assert not made & set(MilvusClient(milvus_url).list_collections())
+    after = get_settings()
+    assert (after.milvus_url, after.chunks_collection, after.data_dir) == (
+        before.milvus_url, before.chunks_collection, before.data_dir)
