@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from fakes.model_server import ModelServer
+from graphs.importing import run_import
+from import_fixtures import doc_chunks, fresh_data, name_rows  # noqa: F401  (fresh_data is a fixture)
 from graphs.query.nodes.rerank import node_rerank
 from graphs.query.runner import run_query
 from services.embeddings import HttpEmbedder, get_embedder
@@ -138,3 +140,31 @@ def test_rerank_server_bad_reply_is_refused(env, server):
     server.rerank = lambda body: {"unexpected": True}
     with pytest.raises(RerankError, match="回复格式无法识别"):
         get_reranker().score(QUESTION, PASSAGES)
+
+
+MANUAL = """# 星河 QX10 开发板使用手册
+
+## 供电
+
+开发板使用 5V Type-C 供电，峰值电流 2A。
+
+## 固件烧录
+
+按住 BOOT 键上电，进入烧录模式，然后用烧录工具写入固件。
+"""
+
+
+def test_import_while_the_embeddings_server_fails_writes_nothing_then_succeeds(fresh_data, env, server, tmp_path):
+    env(EMBEDDINGS_URL=server.base_url, EMBEDDINGS_MODEL="use-m3")
+    md = tmp_path / "星河QX10.md"
+    md.write_text(MANUAL, encoding="utf-8")
+    server.status = 503
+    failed = run_import(md)
+    assert failed.status == "failed" and "向量服务" in failed.error and "HTTP 503" in failed.error
+    assert failed.chunks == 0
+    server.status = None
+    done = run_import(md)
+    assert done.status == "completed", done.error
+    assert len(doc_chunks(done.doc_id)) == done.chunks >= 1
+    assert [r["item_name"] for r in name_rows()] == [done.item_name]
+    assert any(b["input"] for p, b in server.requests if p == "/v1/embeddings")
