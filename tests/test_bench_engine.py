@@ -23,6 +23,7 @@ def test_engine_bench_measures_each_size_and_checks_the_features(tmp_path):
                                   "filter_escaped": True}
     assert [(lv["target"], lv["rows"], lv["complete"]) for lv in report["levels"]] == [(100, 100, True), (300, 300, True)]
     for lv in report["levels"]:
+        assert lv["visible_rows"] == lv["rows"]
         assert set(lv["search"]) == {"weighted_filtered", "weighted_all", "rrf_filtered", "rrf_all"}
         assert all(s["n"] == 60 and 0 < s["p50_ms"] <= s["p95_ms"] for s in lv["search"].values())
         assert lv["rows_per_s"] > 0 and lv["peak_rss_mb"] >= lv["rss_mb"] * 0.5 > 0
