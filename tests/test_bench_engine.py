@@ -28,7 +28,7 @@ def test_engine_bench_measures_each_size_and_checks_the_features(tmp_path):
         assert all(s["n"] == 60 and 0 < s["p50_ms"] <= s["p95_ms"] for s in lv["search"].values())
         assert lv["rows_per_s"] > 0 and lv["peak_rss_mb"] >= lv["rss_mb"] * 0.5 > 0
     table = (tmp_path / "engine.md").read_text(encoding="utf-8")
-    assert "| 300 |" in table and "bm25_jieba: 通过" in table
+    assert "| 300（可见 300） |" in table and "bm25_jieba: 通过" in table
 
 
 def test_engine_bench_stops_growing_when_the_budget_is_spent(tmp_path):
