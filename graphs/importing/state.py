@@ -10,13 +10,15 @@ class ImportGraphState(TypedDict, total=False):
     task_id: str
     import_file_path: str      # the file given by the user (never modified)
     product: str               # product name given by the user; overrides recognition
+    identity: str              # what the document id is made from (a resolved path, an upload's name + hash)
     doc_id: str                # stable identity: same file -> same id, same name elsewhere -> other id
     doc_key: str               # readable, storage-safe key (object store prefix, work folder)
     file_title: str            # the stem, for display
-    file_type: str             # "pdf" | "md"
+    file_type: str             # "pdf" | "md" | "docx" | "html" | "txt"
     work_dir: str              # everything the import writes lives here, under DATA_DIR
     pdf_path: str
-    md_path: str               # Markdown being processed (converted PDF or the original .md)
+    doc_path: str              # a .docx / .html / .txt to convert to Markdown
+    md_path: str               # Markdown being processed (converted from another format, or the original .md)
     md_content: str            # Markdown with images captioned and uploaded
     new_md_path: str
     images: list[dict]         # {src, status: uploaded|remote|missing, url, caption}
