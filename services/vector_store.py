@@ -301,15 +301,8 @@ class VectorStore:
             pages.close()
         return rows
 
-    def query_all(self, collection: str, expr: str, fields: list[str], page: int = 4096) -> list[dict]:
-        """Every row that matches, read a page at a time (no cap on how many there are)."""
-        rows: list[dict] = []
-        while True:
-            batch = self._call("查询", self.client.query, collection, filter=expr, output_fields=fields,
-                               limit=page, offset=len(rows))
-            rows += batch
-            if len(batch) < page:
-                return rows
+    # One paged read under both names: offset paging would fail past offset + limit = 16384 on a server.
+    query_all = query
 
     def doc_counts(self) -> dict[str, int]:
         """doc_id -> chunks, for every document the store holds."""
