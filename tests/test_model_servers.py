@@ -168,3 +168,15 @@ def test_import_while_the_embeddings_server_fails_writes_nothing_then_succeeds(f
     assert len(doc_chunks(done.doc_id)) == done.chunks >= 1
     assert [r["item_name"] for r in name_rows()] == [done.item_name]
     assert any(b["input"] for p, b in server.requests if p == "/v1/embeddings")
+
+
+def test_embeddings_server_bad_reply_is_refused(env, server):
+    env(EMBEDDINGS_URL=server.base_url, EMBEDDINGS_MODEL="use-m3")
+    embedder = get_embedder()
+    real = server.embeddings
+    server.embeddings = lambda body: {"data": real(body)["data"][:1]}  # one vector for two texts
+    with pytest.raises(EmbeddingError, match="为 2 段文本返回了 1 个向量"):
+        embedder.embed(["供电", "固件"])
+    server.embeddings = lambda body: {"unexpected": True}
+    with pytest.raises(EmbeddingError, match="回复格式无法识别"):
+        embedder.embed(["供电"])
