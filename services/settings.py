@@ -63,6 +63,15 @@ class Settings:
     bge_fp16: bool = False
     bge_reranker_large: str = ""
     embed_batch_size: int = 8
+    # model servers: when set they replace the in-process models
+    embeddings_url: str = ""
+    embeddings_model: str = "bge-m3"
+    embeddings_api_key: str = ""
+    embeddings_timeout_s: float = 30.0
+    rerank_url: str = ""
+    rerank_model: str = "bge-reranker-large"
+    rerank_api_key: str = ""
+    rerank_timeout_s: float = 30.0
     # vector store
     milvus_url: str = ""
     chunks_collection: str = "kb_chunks"
@@ -136,6 +145,14 @@ def load_settings() -> Settings:
         bge_fp16=_bool("BGE_FP16", False),
         bge_reranker_large=_env("BGE_RERANKER_LARGE"),
         embed_batch_size=_int("EMBED_BATCH_SIZE", 8),
+        embeddings_url=_env("EMBEDDINGS_URL").rstrip("/"),
+        embeddings_model=_env("EMBEDDINGS_MODEL", "bge-m3"),
+        embeddings_api_key=_env("EMBEDDINGS_API_KEY"),
+        embeddings_timeout_s=_float("EMBEDDINGS_TIMEOUT_S", 30.0),
+        rerank_url=_env("RERANK_URL").rstrip("/"),
+        rerank_model=_env("RERANK_MODEL", "bge-reranker-large"),
+        rerank_api_key=_env("RERANK_API_KEY"),
+        rerank_timeout_s=_float("RERANK_TIMEOUT_S", 30.0),
         milvus_url=_env("MILVUS_URL"),
         chunks_collection=_env("CHUNKS_COLLECTION", "kb_chunks"),
         item_name_collection=_env("ITEM_NAME_COLLECTION", "kb_item_names"),
