@@ -27,6 +27,7 @@ class TaskStatus(BaseModel):
     status: Literal["pending", "processing", "completed", "failed"]
     file_name: str = ""
     product: str | None = None
+    by: str = Field("", description="发起导入的用户")
     done_list: list[str] = Field(default_factory=list, description="已完成的节点")
     running_list: list[str] = Field(default_factory=list, description="正在运行的节点")
     error: str | None = Field(None, description="失败原因；pending 时是等待重试的原因")
@@ -161,6 +162,8 @@ class Chunk(BaseModel):
     title: str
     parent_title: str
     part: int
+    page_start: int = Field(0, description="PDF 切片的起始页（Markdown 为 0）")
+    page_end: int = Field(0, description="PDF 切片的结束页")
     content: str
     images: list[str] = Field(default_factory=list, description="切片里的图片地址")
 

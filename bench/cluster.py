@@ -99,9 +99,9 @@ class LocalCluster:
         self.apps.append((app, base_url))
         return base_url
 
-    def worker_pid(self, owner: str) -> int:
-        """The pid in a task's lease owner ("host:pid:thread")."""
-        return int(owner.split(":")[1])
+    def worker_pid(self, worker: str) -> int:
+        """The pid in a task's lease holder ("host:pid:thread")."""
+        return int(worker.split(":")[1])
 
     def kill(self, proc: subprocess.Popen) -> None:
         """As a crash would: SIGKILL, no clean-up."""

@@ -24,8 +24,8 @@ INTERRUPTED_ERROR = "进程中断，导入未完成，请重新导入"
 RETRY, GIVE_UP = "retry", "give_up"
 
 
-def owner_id() -> str:
-    """Who holds a lease: this host, process and thread."""
+def worker_id() -> str:
+    """Who holds a lease (the `worker` of a running task): this host, process and thread."""
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
@@ -48,20 +48,21 @@ class TaskStore:
         if not matched:
             raise StorageError(f"{action}失败：导入任务不存在：{task_id}")
 
-    def create(self, task_id: str, file_name: str, product: str | None = None, job: dict | None = None) -> dict:
-        """Fresh pending task (re-creating an id starts it over). `job` is what a queue worker needs to
-        run it again from scratch; a task without one cannot be retried."""
+    def create(self, task_id: str, file_name: str, product: str | None = None, job: dict | None = None,
+               by: str = "") -> dict:
+        """Fresh pending task (re-creating an id starts it over); `by` is the user who asked for it.
+        `job` is what a queue worker needs to run it again from scratch; without one it cannot be retried."""
         now = now_ts()
-        doc = {"task_id": task_id, "status": PENDING, "file_name": file_name, "product": product,
+        doc = {"task_id": task_id, "status": PENDING, "file_name": file_name, "product": product, "by": by,
                "done_list": [], "running_list": [], "error": "", "result": None, "created": now, "updated": now,
-               "job": job, "attempts": 0, "owner": "", "lease_until": None}
+               "job": job, "attempts": 0, "worker": "", "lease_until": None}
         with self._tasks("创建导入任务") as tasks:
             tasks.replace_one({"task_id": task_id}, doc, upsert=True)
         return _public(doc)
 
     def start(self, task_id: str, lease_s: float) -> None:
         """Processing under this thread's lease (kept when a queue worker already claimed the task)."""
-        self._update(task_id, {"$set": {"status": PROCESSING, "owner": owner_id(),
+        self._update(task_id, {"$set": {"status": PROCESSING, "worker": worker_id(),
                                         "lease_until": now_ts() + lease_s}}, "更新导入任务状态")
 
     def claim(self, task_id: str, lease_s: float) -> dict | None:
@@ -70,28 +71,28 @@ class TaskStore:
         now = now_ts()
         query = {"task_id": task_id, "$or": [{"status": PENDING},
                                              {"status": PROCESSING, "lease_until": {"$lt": now}}]}
-        update = {"$set": {"status": PROCESSING, "owner": owner_id(), "lease_until": now + lease_s, "updated": now,
+        update = {"$set": {"status": PROCESSING, "worker": worker_id(), "lease_until": now + lease_s, "updated": now,
                            "done_list": [], "running_list": [], "error": ""}, "$inc": {"attempts": 1}}
         with self._tasks("领取导入任务") as tasks:
             if not tasks.update_one(query, update).matched_count:
                 return None
             return _public(tasks.find_one({"task_id": task_id}))
 
-    def renew(self, task_id: str, owner: str, lease_s: float) -> bool:
-        """Extend `owner`'s lease; False when the task is no longer its to run."""
+    def renew(self, task_id: str, worker: str, lease_s: float) -> bool:
+        """Extend `worker`'s lease; False when the task is no longer its to run."""
         with self._tasks("续租导入任务") as tasks:
-            return tasks.update_one({"task_id": task_id, "status": PROCESSING, "owner": owner},
+            return tasks.update_one({"task_id": task_id, "status": PROCESSING, "worker": worker},
                                     {"$set": {"lease_until": now_ts() + lease_s}}).matched_count == 1
 
     @contextmanager
     def leased(self, task_id: str, lease_s: float) -> Iterator[None]:
         """Renew the lease in the background while the body runs (a dead process stops renewing)."""
-        owner, stop = owner_id(), threading.Event()
+        worker, stop = worker_id(), threading.Event()
 
         def renew() -> None:
             while not stop.wait(lease_s / 3):
                 try:
-                    if not self.renew(task_id, owner, lease_s):
+                    if not self.renew(task_id, worker, lease_s):
                         return  # finished, or handed on after a stall: nothing left to hold
                 except StorageError:  # the database was unreachable this round; the next one tries again
                     continue
@@ -106,7 +107,7 @@ class TaskStore:
 
     def retry_later(self, task_id: str, error: str) -> None:
         """A transient failure: waiting for the queue to run it again."""
-        self._update(task_id, {"$set": {"status": PENDING, "error": error, "running_list": [], "owner": "",
+        self._update(task_id, {"$set": {"status": PENDING, "error": error, "running_list": [], "worker": "",
                                         "lease_until": None}}, "更新导入任务状态")
 
     def expired(self) -> list[dict]:
@@ -126,7 +127,7 @@ class TaskStore:
                 return None
             attempts = int(doc.get("attempts") or 0)
             if doc.get("job") and attempts < max_attempts:
-                outcome, update = RETRY, {"status": PENDING, "owner": "", "lease_until": None, "running_list": [],
+                outcome, update = RETRY, {"status": PENDING, "worker": "", "lease_until": None, "running_list": [],
                                           "error": f"处理进程意外退出，正在重试（已尝试 {attempts} 次）"}
             else:
                 outcome, update = GIVE_UP, {"status": FAILED, "running_list": [], "lease_until": None,

@@ -84,7 +84,7 @@ def test_ten_uploads_on_two_replicas_are_spread_over_two_workers(cluster, shared
         assert (queue["backend"], queue["ok"]) == ("redis", True)
 
     tasks = get_task_store()
-    owners = Counter(cluster.worker_pid(tasks.get(t)["owner"]) for t in ids)
+    owners = Counter(cluster.worker_pid(tasks.get(t)["worker"]) for t in ids)
     assert set(owners) == {w.pid for w in cluster.workers}, owners  # both workers took some
     for task_id in ids:
         task = tasks.get(task_id)
@@ -106,7 +106,7 @@ def test_a_worker_killed_mid_import_has_its_task_finished_by_the_other(cluster, 
             time.sleep(0.05)
         else:
             raise AssertionError(f"the import never got under way: {tasks.get(task_id)}")
-        victim = next(w for w in cluster.workers if w.pid == cluster.worker_pid(task["owner"]))
+        victim = next(w for w in cluster.workers if w.pid == cluster.worker_pid(task["worker"]))
         survivor = next(w for w in cluster.workers if w is not victim)
         cluster.kill(victim)
         killed_at = time.monotonic()
@@ -116,5 +116,5 @@ def test_a_worker_killed_mid_import_has_its_task_finished_by_the_other(cluster, 
     # handed on once the lease ran out (renewed every third of it), not before
     assert time.monotonic() - killed_at >= LEASE_S * 2 / 3
     task = tasks.get(task_id)
-    assert task["attempts"] == 2 and cluster.worker_pid(task["owner"]) == survivor.pid
+    assert task["attempts"] == 2 and cluster.worker_pid(task["worker"]) == survivor.pid
     assert assert_registry_matches_chunks(task["result"]["doc_id"]) == task["result"]["chunks"] > 0

@@ -63,7 +63,7 @@ def test_queued_imports_run_at_most_import_workers_at_a_time_and_a_second_delive
     done, seen = watch(ids)
     assert [t["status"] for t in done.values()] == ["completed"] * 4, done
     assert max(sum(s == "processing" for s in poll.values()) for poll in seen) <= 2
-    assert len({t["owner"] for t in done.values()}) == 2  # both threads took tasks
+    assert len({t["worker"] for t in done.values()}) == 2  # both threads took tasks
     assert all(t["attempts"] == 1 for t in done.values())
 
     first = done[ids[0]]

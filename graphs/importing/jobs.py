@@ -39,7 +39,7 @@ def enqueue_set(staged: list[StagedFile], product: str | None = None, products: 
     tasks, set_id = get_task_store(), uuid.uuid4().hex
     for item, decided in zip(staged, decisions):
         job = {"kind": IMPORT, "staged": item.as_dict(), "set_id": set_id, "updated_by": updated_by, **decided}
-        tasks.create(item.task_id, item.name, product=decided["product"], job=job)
+        tasks.create(item.task_id, item.name, product=decided["product"], job=job, by=updated_by)
     _send([item.task_id for item in staged])
     return [item.task_id for item in staged]
 
@@ -47,7 +47,7 @@ def enqueue_set(staged: list[StagedFile], product: str | None = None, products: 
 def enqueue_reindex(updated_by: str = "") -> str:
     """Queue a reindex of every document; returns its task id."""
     task_id = uuid.uuid4().hex
-    get_task_store().create(task_id, REINDEX_NAME, job={"kind": REINDEX, "updated_by": updated_by})
+    get_task_store().create(task_id, REINDEX_NAME, job={"kind": REINDEX, "updated_by": updated_by}, by=updated_by)
     _send([task_id])
     return task_id
 
