@@ -97,11 +97,13 @@ async def query(body: QueryRequest, rt: Runtime, user: User):
     if not owned:
         raise HTTPException(404, NO_SESSION.format(session_id=session_id))
     try:
-        channel = rt.runs.start(session_id, body.query, (body.product or "").strip() or None, owner=user.name)
+        channel = await rt.runs.begin(session_id, body.query, (body.product or "").strip() or None, owner=user.name)
     except SessionBusy:
         raise HTTPException(409, "该会话的上一个问题还在回答中，请等它结束后再提问。") from None
     except ServerBusy:
         raise HTTPException(503, "同时进行的提问太多，请稍后再试。") from None
+    except StorageError as exc:  # Redis, which other replicas stream it from, is out of reach
+        raise HTTPException(503, f"{exc.message}，没有开始回答") from exc
     if body.is_stream:
         return {"session_id": session_id}
     # shielded: a client that hangs up does not cut the answer (and its history) short
@@ -120,7 +122,10 @@ async def query(body: QueryRequest, rt: Runtime, user: User):
     404: {"model": ErrorBody}}, summary="SSE：一个会话的回答进度与答案")
 async def stream(session_id: SessionId, rt: Runtime, user: User,
                  last_event_id: Annotated[str | None, Header(description="断线重连时：收到的最后一个事件 id")] = None):
-    channel = rt.runs.get(session_id)
+    try:
+        channel = await rt.runs.find(session_id)  # on this replica, or (with Redis) on another
+    except StorageError as exc:
+        raise HTTPException(503, exc.message) from exc
     if channel is None or channel.owner != user.name:
         raise HTTPException(404, "该会话没有进行中或最近完成的回答：请先以 is_stream=true 调用 POST /api/query。")
     raw_id = (last_event_id or "").strip()

@@ -5,6 +5,10 @@ one process — or two test servers — share nothing. Each session has at most 
 and belongs to the user who started it. Event ids only grow (across runs and restarts), so a client
 reconnecting with the last id it saw resumes right after it from a bounded buffer; a client that
 connects once the run is over gets the stored result alone. Finished channels expire after `ttl_s`.
+
+With REDIS_URL set every run's events are also written to Redis (services/event_bus.py): a replica
+that did not take the question streams it from there, and "one run per session" holds across
+replicas.
 """
 from __future__ import annotations
 
@@ -14,9 +18,12 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import AsyncIterator, Iterator
+from typing import AsyncIterator, Callable, Iterator
 
 from graphs.query.runner import astream_query
+from services.errors import StorageError
+from services.event_bus import FINAL_EVENTS, RunBus
+from services.settings import get_settings
 
 log = logging.getLogger("api.runs")
 
@@ -52,7 +59,8 @@ def answer_payload(final: dict) -> dict:
 class Channel:
     """The events of one run of one session."""
 
-    def __init__(self, session_id: str, max_events: int, ids: Iterator[int], owner: str = ""):
+    def __init__(self, session_id: str, max_events: int, ids: Iterator[int], owner: str = "",
+                 mirror: Callable[[Event], None] | None = None):
         self.session_id = session_id
         self.owner = owner
         self.events: deque[Event] = deque(maxlen=max_events)  # `final` / `error` is always the newest
@@ -64,10 +72,14 @@ class Channel:
         self.task: asyncio.Task | None = None
         self._ids = ids
         self._wake = asyncio.Event()
+        self._mirror = mirror
+        self.forwarder: asyncio.Task | None = None  # writes the events to Redis (QueryRuns.begin)
 
     def publish(self, name: str, data: dict) -> None:
         event = Event(next(self._ids), name, data)
         self.events.append(event)
+        if self._mirror is not None:
+            self._mirror(event)
         if name in ("final", "error"):
             self.result = event
         self._wake.set()
@@ -124,6 +136,23 @@ class Channel:
                 yield None
 
 
+class RemoteChannel:
+    """A run taken by another replica, followed through Redis."""
+
+    task = None
+
+    def __init__(self, session_id: str, info: dict, bus: RunBus):
+        self.session_id, self.owner = session_id, info["owner"]
+        self._info, self._bus = info, bus
+
+    def finished_before(self, last_id: int) -> bool:
+        return self._info["done"] and last_id >= self._info["result_seq"]
+
+    async def follow(self, keepalive_s: float, after: int = 0) -> AsyncIterator[Event | None]:
+        async for item in self._bus.follow(self.session_id, after, keepalive_s):
+            yield None if item is None else Event(*item)
+
+
 class QueryRuns:
     """The app's registry of query runs, one channel per session."""
 
@@ -135,6 +164,7 @@ class QueryRuns:
         self.max_channels = max_channels
         self.max_active = max_active
         self._channels: dict[str, Channel] = {}
+        self._buses: dict[str, RunBus] = {}
         # microseconds since the epoch to start with: ids keep growing across runs and restarts
         self._ids = itertools.count(time.time_ns() // 1000)
 
@@ -145,16 +175,60 @@ class QueryRuns:
         self._expire()
         return self._channels.get(session_id)
 
-    def start(self, session_id: str, query: str, product: str | None, owner: str = "") -> Channel:
+    def start(self, session_id: str, query: str, product: str | None, owner: str = "",
+              mirror: Callable[[Event], None] | None = None) -> Channel:
+        self._check(session_id)
+        channel = self._channels[session_id] = Channel(session_id, self.max_events, self._ids, owner, mirror)
+        channel.task = asyncio.create_task(self._run(channel, query, product), name=f"query-{session_id}")
+        return channel
+
+    def _check(self, session_id: str) -> None:
         self._expire()
         current = self._channels.get(session_id)
         if current is not None and not current.done:
             raise SessionBusy(session_id)
         if self.active() >= self.max_active:
             raise ServerBusy()
-        channel = self._channels[session_id] = Channel(session_id, self.max_events, self._ids, owner)
-        channel.task = asyncio.create_task(self._run(channel, query, product), name=f"query-{session_id}")
+
+    def _bus(self) -> RunBus | None:
+        url = get_settings().redis_url
+        if url and url not in self._buses:
+            self._buses[url] = RunBus(url, ttl_s=self.ttl_s, max_events=self.max_events)
+        return self._buses.get(url) if url else None
+
+    async def begin(self, session_id: str, query: str, product: str | None, owner: str = "") -> Channel:
+        """start(), and with Redis: busy on any replica is busy here; the events go to Redis too.
+        StorageError when Redis cannot be reached (nothing is started)."""
+        bus = self._bus()
+        if bus is None:
+            return self.start(session_id, query, product, owner)
+        self._check(session_id)
+        if not await bus.open_run(session_id, owner):
+            raise SessionBusy(session_id)
+        outbox: asyncio.Queue[Event] = asyncio.Queue()
+
+        async def forward() -> None:  # in order, after the fact: the run never waits for Redis
+            while True:
+                event = await outbox.get()
+                try:
+                    await bus.publish(session_id, event.seq, event.name, event.data)
+                except StorageError as exc:  # followers on this replica still get everything
+                    log.warning("run %s: an event did not reach Redis: %s", session_id, exc)
+                if event.name in FINAL_EVENTS:
+                    return
+
+        channel = self.start(session_id, query, product, owner, mirror=outbox.put_nowait)
+        channel.forwarder = asyncio.create_task(forward(), name=f"query-events-{session_id}")
         return channel
+
+    async def find(self, session_id: str) -> Channel | RemoteChannel | None:
+        """This replica's channel of the session, else (with Redis) the run another replica holds."""
+        local = self.get(session_id)
+        bus = self._bus()
+        if local is not None or bus is None:
+            return local
+        info = await bus.info(session_id)
+        return RemoteChannel(session_id, info, bus) if info else None
 
     async def _run(self, channel: Channel, query: str, product: str | None) -> None:
         try:
@@ -186,3 +260,5 @@ class QueryRuns:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for bus in self._buses.values():
+            await bus.aclose()

@@ -44,7 +44,8 @@ def _wait_listening(port: int, proc: subprocess.Popen, what: str, timeout: float
 
 class LocalCluster:
     """start() brings up Redis and the Milvus Lite server; add workers and apps as needed; close()
-    stops everything it started. `env` is what every process of the cluster is given."""
+    stops everything it started. `env` is what every process of the cluster is given on top of this
+    process's environment (API users included: API_KEYS)."""
 
     def __init__(self, root: Path, *, lease_s: float = 3.0, import_workers: int = 1, extra_env: dict | None = None,
                  milvus: bool = True):
@@ -54,7 +55,7 @@ class LocalCluster:
         self.env = {
             "DATA_DIR": str(self.data_dir), "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
             "MILVUS_URL": f"http://127.0.0.1:{self.milvus_port}", "MONGO_URL": "", "MINIO_ENDPOINT": "",
-            "MINERU_API_TOKEN": "", "OPENAI_API_KEY": "", "API_KEY": "", "MCP_DASHSCOPE_BASE_URL": "",
+            "MINERU_API_TOKEN": "", "OPENAI_API_KEY": "", "MCP_DASHSCOPE_BASE_URL": "",
             "TASK_LEASE_S": str(lease_s), "IMPORT_WORKERS": str(import_workers), "IMPORT_IN_APP": "false",
             "IMPORT_RETRY_DELAY_S": "0.5", **(extra_env or {})}
         self.workers: list[subprocess.Popen] = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -70,11 +71,12 @@ def run_cluster(workers: int, files: list[Path], pages: int, warmup: Path, root:
                 questions: list[str]) -> dict:
     """`warmup` is only read; every copy this makes lies under `root` or beside `files` (a temporary folder)."""
     root.mkdir(parents=True, exist_ok=True)
-    with LocalCluster(root, lease_s=30) as cluster:
+    key = secrets.token_hex(16)
+    with LocalCluster(root, lease_s=30, extra_env={"API_KEYS": f"bench:{key}:editor"}) as cluster:
         for _ in range(workers):
             cluster.start_worker()
         base_url = cluster.start_app()
-        with httpx.Client(base_url=base_url, timeout=120) as client:
+        with httpx.Client(base_url=base_url, timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
             warm = wait_tasks(client, upload(client, [warmup]), time.monotonic() + 300)
             for i in range(1, workers):  # one warm-up import per worker, one after the other
                 copy = root / f"warm{i}{warmup.suffix}"

@@ -1,7 +1,8 @@
-"""Replicas and workers as separate processes sharing only their stores: a real Redis (the queue),
-a Milvus Lite server, one DATA_DIR; two API processes and two queue workers (scripts/worker.sh).
+"""Replicas and workers as separate processes sharing only their stores: a real Redis (the queue and
+the answers' events), a Milvus Lite server, one DATA_DIR; two API processes and two queue workers
+(scripts/worker.sh); the chat model is the scripted one on 127.0.0.1.
 
-Kept to two tests (each process loads the libraries and the embedding model once)."""
+Kept to three tests (each process loads the libraries and the embedding model once)."""
 from __future__ import annotations
 
 import time
@@ -10,7 +11,10 @@ from collections import Counter
 import httpx
 import pytest
 
+from api import sse
+from api_fixtures import ANSWER, HYDE, REWRITE, api_client
 from bench.cluster import ClusterError, LocalCluster
+from fakes.openai_server import ScriptedOpenAI
 from conftest import CORPUS
 from services.documents import get_document_registry
 from services.task_store import get_task_store
@@ -21,10 +25,27 @@ MANUAL = "# {name} 使用说明书\n\n## 开机\n\n长按电源键 3 秒，{name
 BTT_V3 = CORPUS / "btt-skr-mini-e3" / "BTT SKR MINI E3 V3.0使用手册.pdf"
 
 
+ANSWER_TEXT = "用牙签按住 RESET 键 10 秒，指示灯闪烁后松开即可复位。[1]"
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def llm():
+    model = ScriptedOpenAI(chunk_chars=2)
+    model.start()
+    model.add_rule("产品资料整理专家", "")  # imports: the offline rules name the products
+    model.add_rule("用于 Markdown 图片标题", "说明书插图")
+    model.add_rule(REWRITE, '{"item_names": [], "rewritten_query": ""}')
+    model.add_rule(HYDE, "说明书中关于复位的段落。")
+    model.add_rule(ANSWER, ANSWER_TEXT, delay_s=1.5)  # long enough to be followed live from elsewhere
+    yield model
+    model.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, llm):
+    model_env = {"OPENAI_API_KEY": "test-key", "OPENAI_API_BASE": llm.base_url}
     try:
-        with LocalCluster(tmp_path_factory.mktemp("cluster"), lease_s=LEASE_S) as running:
+        with LocalCluster(tmp_path_factory.mktemp("cluster"), lease_s=LEASE_S, extra_env=model_env) as running:
             running.start_worker()
             running.start_worker()
             running.start_app()
@@ -67,7 +88,7 @@ def assert_registry_matches_chunks(doc_id: str) -> int:
 
 def test_ten_uploads_on_two_replicas_are_spread_over_two_workers(cluster, shared):
     (_, app_a), (_, app_b) = cluster.apps
-    with httpx.Client(base_url=app_a, timeout=60) as a, httpx.Client(base_url=app_b, timeout=60) as b:
+    with api_client(app_a) as a, api_client(app_b) as b:
         ids = []
         for i in range(10):
             client = a if i % 2 else b
@@ -95,7 +116,7 @@ def test_ten_uploads_on_two_replicas_are_spread_over_two_workers(cluster, shared
 def test_a_worker_killed_mid_import_has_its_task_finished_by_the_other(cluster, shared):
     (_, app_a), (_, app_b) = cluster.apps
     tasks = get_task_store()
-    with httpx.Client(base_url=app_a, timeout=60) as a, httpx.Client(base_url=app_b, timeout=60) as b:
+    with api_client(app_a) as a, api_client(app_b) as b:
         reply = a.post("/api/upload", files=[("files", (BTT_V3.name, BTT_V3.read_bytes(), "application/pdf"))])
         [task_id] = reply.json()["task_ids"]
         deadline = time.monotonic() + 120
@@ -118,3 +139,41 @@ def test_a_worker_killed_mid_import_has_its_task_finished_by_the_other(cluster, 
     task = tasks.get(task_id)
     assert task["attempts"] == 2 and cluster.worker_pid(task["worker"]) == survivor.pid
     assert assert_registry_matches_chunks(task["result"]["doc_id"]) == task["result"]["chunks"] > 0
+
+
+def stream_messages(client: httpx.Client, session_id: str, last_event_id: int | None = None) -> list[tuple]:
+    """(id, name, data) of GET /api/stream/{session_id}, read to its end."""
+    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id else {}
+    with client.stream("GET", f"/api/stream/{session_id}", headers=headers, timeout=120) as response:
+        assert response.status_code == 200, response.read()
+        return list(sse.iter_messages(response.iter_lines()))
+
+
+def test_a_streamed_question_posted_to_one_replica_is_read_from_the_other(cluster, shared):
+    (_, app_a), (_, app_b) = cluster.apps
+    with api_client(app_a) as a, api_client(app_b) as b:
+        [task_id] = a.post("/api/upload", files=[("files", ("s1.md", MANUAL.format(name="星海 S1 路由器").encode(),
+                                                            "text/markdown"))]).json()["task_ids"]
+        assert wait_all(b, [task_id])[task_id]["status"] == "completed"
+
+        session = a.post("/api/query", json={"query": "星海 S1 路由器 怎么复位？", "is_stream": True}).json()["session_id"]
+        again = b.post("/api/query", json={"query": "再问一次", "session_id": session, "is_stream": True})
+        assert again.status_code == 409, again.text  # one run per session, whichever replica is asked
+        events = stream_messages(b, session)  # live, from the replica that did not take the question
+        names = [name for _, name, _ in events]
+        assert names[0] == "ready" and "progress" in names and names.count("delta") > 3 and names[-1] == "final", names
+        final = events[-1][2]
+        assert "".join(d["delta"] for _, n, d in events if n == "delta") == final["answer"] == ANSWER_TEXT
+        assert final["session_id"] == session and final["item_names"] == ["星海 S1 路由器"]
+        ids = [i for i, _, _ in events[1:]]
+        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+        # resuming on the other replica after an event id gives exactly what followed it
+        middle = ids[len(ids) // 2]
+        assert stream_messages(a, session, middle)[1:] == [e for e in events[1:] if e[0] > middle]
+        assert b.get(f"/api/stream/{session}", headers={"Last-Event-ID": str(ids[-1])}).status_code == 204
+        assert stream_messages(a, session)[1:] == [events[-1]]  # after the end: the result alone, anywhere
+        assert stream_messages(b, session)[1:] == [events[-1]]
+        other = api_client(app_b, user="alice")
+        assert other.get(f"/api/stream/{session}").status_code == 404  # still nobody else's to read
+        other.close()
