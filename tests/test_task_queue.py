@@ -155,7 +155,7 @@ def test_a_queue_that_cannot_take_the_tasks_fails_them_with_a_reason(queue_env, 
     assert task["status"] == "failed" and "导入任务没有排上队" in task["error"] and "disk I/O error" in task["error"]
 
 
-def test_an_unreachable_redis_refuses_uploads_keeps_nothing_and_shows_in_health(api, queue_env):
+def test_an_unreachable_redis_refuses_uploads_and_questions_keeps_nothing_and_shows_in_health(api, queue_env):
     settings = queue_env(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     health = api.get("/api/health")
     assert health.status_code == 503 and health.json()["status"] == "degraded"
@@ -168,3 +168,10 @@ def test_an_unreachable_redis_refuses_uploads_keeps_nothing_and_shows_in_health(
     assert not [p for p in (settings.data_dir / "uploads").rglob("*") if p.is_file()]
     [task] = get_task_store().list()
     assert task["status"] == "failed" and "导入任务没有排上队" in task["error"]
+
+    for is_stream in (True, False):  # the answer's events go through Redis, for the other replicas
+        asked = api.post("/api/query", json={"query": "星火 B1 怎么开机？", "is_stream": is_stream})
+        assert asked.status_code == 503 and "回答事件无法经 Redis 传递" in asked.json()["error"], asked.text
+        assert "没有开始回答" in asked.json()["error"]
+    streamed = api.get(f"/api/stream/{'0' * 32}")
+    assert streamed.status_code == 503 and "回答事件无法经 Redis 传递" in streamed.json()["error"]
