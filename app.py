@@ -19,8 +19,7 @@ from graphs.importing import catalog
 from services.object_store import IMAGES_PREFIX, LOCAL_URL_PREFIX, local_images_root
 from services.settings import get_settings
 from services.task_store import get_task_store
-from services.vector_store import get_vector_store
-from ui import attachments, chat
+from ui import attachments, chat, knowledge
 from ui.auth import check_password, configured_users, ensure_auth_secret
 from ui.data_layer import HistoryDataLayer
 
@@ -79,7 +78,8 @@ def login(username: str, password: str) -> cl.User | None:
 @cl.set_starters
 async def starters(user: cl.User | None = None) -> list[cl.Starter]:
     try:
-        products = await asyncio.to_thread(lambda: get_vector_store().product_names())
+        # read at every request: a product imported a moment ago is offered without a restart
+        products = [p["product"] for p in await asyncio.to_thread(catalog.products)]
     except Exception as exc:  # an unreachable store must not block the welcome screen
         log.warning("读取商品列表失败：%s", exc)
         products = []
@@ -93,6 +93,7 @@ async def starters(user: cl.User | None = None) -> list[cl.Starter]:
 async def start() -> None:
     cl.user_session.set("session_id", cl.context.session.thread_id)
     await chat.settings_widgets(chat.chat_settings()).send()
+    await cl.context.emitter.set_commands(knowledge.COMMANDS)
 
 
 @cl.on_chat_resume
@@ -100,12 +101,16 @@ async def resume(thread: dict) -> None:
     # the thread id is the query graph's session id: follow-ups ("它") see this conversation's history
     cl.user_session.set("session_id", thread["id"])
     await chat.settings_widgets(chat.chat_settings()).send()
+    await cl.context.emitter.set_commands(knowledge.COMMANDS)
 
 
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
     files = attachments.attached_files(message)
     text = (message.content or "").strip()
+    if message.command == knowledge.COMMAND or text == f"/{knowledge.COMMAND}":
+        await knowledge.show_overview()
+        return
     if files:
         imports = attachments.start_imports(files)
         if text:
@@ -134,3 +139,7 @@ async def on_choose_product(action: cl.Action) -> None:
 @cl.action_callback(attachments.RENAME_PRODUCT)
 async def on_rename_product(action: cl.Action) -> None:
     await attachments.rename_product(action)
+
+
+for _name in knowledge.ACTIONS:  # the knowledge-base buttons: each starts its work and returns at once
+    cl.action_callback(_name)(knowledge.callback(_name))

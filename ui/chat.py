@@ -8,6 +8,7 @@ from chainlit.utils import utc_now
 
 from graphs.query.product_match import rank_products
 from graphs.query.runner import astream_query
+from ui.background import drop_buttons, keep_buttons
 from ui.format import STEP_TYPES, source_name, source_text, sources_line, step_output
 
 CHOOSE_PRODUCT = "choose_product"
@@ -116,10 +117,7 @@ class AnswerView:
         message.content = "\n\n".join(p for p in parts if p)
         message.elements = elements
         await self.show(message)
-        if message.actions:
-            actions = cl.user_session.get("product_actions") or {}
-            actions[message.id] = message.actions
-            cl.user_session.set("product_actions", actions)
+        keep_buttons(message)
 
 
 async def answer(question: str, product: str | None = None) -> None:
@@ -134,10 +132,7 @@ async def answer(question: str, product: str | None = None) -> None:
 
 async def choose_product(action: cl.Action) -> None:
     """A candidate button: drop every button of that message, then answer the original question pinned."""
-    actions = cl.user_session.get("product_actions") or {}
-    for button in actions.pop(action.forId, None) or [action]:
-        await button.remove()
-    cl.user_session.set("product_actions", actions)
+    await drop_buttons(action)
     cl.user_session.set("pending_choice", None)
     product = str(action.payload.get("product") or "")
     question = str(action.payload.get("question") or "")
