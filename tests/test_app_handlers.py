@@ -73,6 +73,9 @@ class CaptureEmitter(BaseChainlitEmitter):
     def set_chat_settings(self, settings):
         self.session.chat_settings = settings
 
+    async def set_commands(self, commands):
+        self.record("set_commands", {"commands": commands})
+
     async def send_ask_user(self, step_dict, spec, raise_on_timeout=False):
         self.record("ask", step_dict)
         return self.replies.pop(0) if self.replies else None

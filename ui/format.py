@@ -162,7 +162,7 @@ class ImportProgress:
 # -- the knowledge base as the chat shows it ------------------------------------------------
 STATUS_NAMES = {"ready": "✅ 可用", "importing": "⏳ 导入中", "damaged": "⚠️ 需重新导入"}
 NO_PRODUCT = "（未归类）"
-CHUNK_PAGE = 8
+CHUNK_PAGE = 5
 CHUNK_CHARS = 400
 
 

@@ -66,8 +66,7 @@ async def in_progress(first: str, fn: Callable[[Callable[[str], None]], object])
     try:
         result = await in_thread(fn, show)
     except ImportProcessError as exc:
-        message.content = f"❌ {exc.message}"
-        await message.update()
+        await finish(message, f"❌ {exc.message}")
         raise _Reported() from exc
     return result, message
 
@@ -130,7 +129,7 @@ async def send_set_summary(items: list[dict]) -> None:
     products = list(dict.fromkeys(i["product"] for i in items))
     actions = [button(ACCEPT, "接受", "check")]
     actions += [button(RENAME, f"改名：{p}", "pencil", product=p) for p in products]
-    actions += [button(MOVE, f"移动《{i['file']}》", "folder-input", doc=i["doc_id"], products=products)
+    actions += [button(MOVE, f"移动《{i['file']}》（{i['product']}）", "folder-input", doc=i["doc_id"], products=products)
                 for i in items]
     await say(set_summary(items), actions)
 
@@ -148,6 +147,10 @@ async def cancel(action: cl.Action) -> None:
 
 async def rename(action: cl.Action) -> None:
     old = str(action.payload.get("product") or "")
+    known = {p["product"] for p in await asyncio.to_thread(catalog.products)}
+    if old not in known:  # a button of a product renamed or deleted since
+        await say(f"❌ 产品不存在：{old}", again())
+        return
     new = await ask_name(f"请输入“{old}”的新产品名：", action)
     if not new:
         await say("没有收到新的产品名，保持原样。")
@@ -155,7 +158,6 @@ async def rename(action: cl.Action) -> None:
     if new == old:
         await say("产品名没有变化。")
         return
-    known = {p["product"] for p in await asyncio.to_thread(catalog.products)}
     if new in known:  # never merged by accident: the person says so
         await say(f"产品“{new}”已经存在。要把“{old}”的全部文档并入“{new}”吗？合并后它们作为同一个产品回答问题。",
                   [button(CONFIRM, f"合并到“{new}”", "merge", op="merge", product=old, into=new),
@@ -177,8 +179,9 @@ async def move(action: cl.Action) -> None:
     doc_id = str(action.payload.get("doc") or "")
     record = await asyncio.to_thread(catalog.document, doc_id)
     known = [p["product"] for p in await asyncio.to_thread(catalog.products)]
+    # the set's own products first, then the rest of the knowledge base
     targets = [p for p in dict.fromkeys([*(action.payload.get("products") or []), *known])
-               if p and p != record.get("product")][:MAX_MOVE_TARGETS]
+               if p in known and p != record.get("product")][:MAX_MOVE_TARGETS]
     await say(f"把《{record.get('file_name')}》（现属“{record.get('product') or '未归类'}”）移到哪个产品？",
               [button(MOVE_TO, p, "package", doc=doc_id, product=p) for p in targets]
               + [button(MOVE_OTHER, "其他…", "pencil", doc=doc_id)], parent_id=action.forId or None)
