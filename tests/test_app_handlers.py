@@ -73,6 +73,9 @@ class CaptureEmitter(BaseChainlitEmitter):
     def set_chat_settings(self, settings):
         self.session.chat_settings = settings
 
+    async def task_end(self):
+        self.record("task_end", {})
+
     async def set_commands(self, commands):
         self.record("set_commands", {"commands": commands})
 
@@ -368,6 +371,7 @@ async def test_import_then_question_and_rename(own_data, product_of):
     await s.wait_for(lambda: any(n == "ask" and "正确商品名" in d["output"] for _, n, d in s.emitter.events))
     ask = next(d for _, n, d in s.emitter.events if n == "ask")
     assert ask["parentId"] == rename[0]["forId"]  # shown under the message whose button was clicked
+    await s.wait_for(lambda: [n for _, n, _ in s.emitter.events if n in ("ask", "task_end")][-2:] == ["ask", "task_end"])
     second = (await s.wait_imports(2))[-1]
     assert "商品名：**我的 Duo 开发板**" in second["output"]
     names = {r["item_name"] for r in store.item_names()}

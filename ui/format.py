@@ -237,7 +237,10 @@ def chunk_page(record: dict, chunks: list[dict], start: int) -> str:
     if not shown:
         lines.append("\n没有切片。")
     for n, chunk in enumerate(shown, start + 1):
-        path = " › ".join(p for p in (chunk.get("parent_title"), chunk.get("title")) if p) or "（无标题）"
+        parent, title = chunk.get("parent_title") or "", chunk.get("title") or ""
+        # a title often holds its whole heading path already ("Duo S > GPIO > 排针 J3")
+        path = (f"{parent} › {title}" if parent and title and not title.startswith(parent) else title or parent) \
+            or "（无标题）"
         part = f"（第 {chunk['part']} 段）" if int(chunk.get("part") or 1) > 1 else ""
         text = IMAGE_MARK.sub("🖼", " ".join((chunk.get("content") or "").split()))
         if len(text) > CHUNK_CHARS:

@@ -53,6 +53,9 @@ async def ask_name(prompt: str, action: cl.Action) -> str:
     ask = cl.AskUserMessage(content=prompt, timeout=NAME_TIMEOUT_S)
     ask.parent_id = action.forId or None
     reply = await ask.send()
+    # Chainlit marks the session busy after every answer, for the handler that asked; this work goes
+    # on in the background, so the composer is handed back (else it stays a stop button)
+    await cl.context.emitter.task_end()
     return " ".join(str((reply or {}).get("output") or "").split())
 
 
