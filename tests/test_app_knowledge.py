@@ -3,6 +3,7 @@ an upload of several files as one set with its summary, the `/知识库` view an
 from it. Below the UI everything is real: import graph, Milvus Lite, registry, object store."""
 from __future__ import annotations
 
+import re
 import time
 
 from chainlit.chat_context import chat_context
@@ -151,7 +152,8 @@ async def test_the_knowledge_base_view_lists_shows_and_changes(own_data):
     assert f"切片：{len(chunks)} 个" in page["output"] and f"第 1–{PAGE} 个，共 {len(chunks)} 个。" in page["output"]
     heading = next(line for line in page["output"].split("\n") if line.startswith("**1. "))
     assert chunks[0]["title"] in heading
-    assert f"> {' '.join(chunks[0]['content'].split())[:20]}" in page["output"]  # its text, on one line
+    text = " ".join(re.sub(r"!\[[^\]]*\]\([^)]*\)", "🖼", chunks[0]["content"]).split())
+    assert f"> {text[:40]}" in page["output"]  # its text on one line, a picture marked where it was
     assert f"**{PAGE + 1}. " not in page["output"]
     pictures = [e for e in s.elements(page["id"]) if e["type"] == "image"]
     assert pictures and {e["url"] for e in pictures} <= {u for c in chunks[:PAGE] for u in c["images"]}
