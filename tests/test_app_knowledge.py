@@ -263,3 +263,31 @@ async def test_refused_changes_say_why_and_change_nothing(own_data):
     await s.click({"name": knowledge.CONFIRM, "payload": {"op": "drop-everything"}, "label": "x", "id": "odd",
                    "forId": page["id"]})
     await reply(s, "❌ 无法识别的操作。", seen)
+
+
+async def test_a_storage_fault_during_a_change_is_said_and_loses_nothing(own_data, monkeypatch):
+    from services.errors import MilvusError
+    from services.vector_store import VectorStore
+
+    run_import(DUOS)
+    record = catalog.documents()[0]
+    fault: list[Exception] = []
+    original = VectorStore._call
+
+    def failing(self, what, fn, *args, **kwargs):
+        if what == "删除文档" and fault:
+            raise fault[0]
+        return original(self, what, fn, *args, **kwargs)
+    monkeypatch.setattr(VectorStore, "_call", failing)
+    s = Session()
+    await s.start()
+    delete = {"name": knowledge.CONFIRM, "payload": {"op": "delete_doc", "doc": record["doc_id"]}, "label": "确认删除",
+              "id": "confirm", "forId": "nowhere"}
+    for exc, said in ((MilvusError("删除文档失败（测试注入）"), "❌ 删除文档失败（测试注入）"),
+                      (OSError(5, "Input/output error"), "❌ 知识库操作失败：[Errno 5] Input/output error")):
+        fault[:] = [exc]
+        seen = len(s.replies())
+        await s.click(delete)
+        await reply(s, said, seen)
+        assert catalog.document(record["doc_id"])["chunks"] == record["chunks"]
+        assert len(get_vector_store().doc_rows(record["doc_id"])) == record["chunks"]
