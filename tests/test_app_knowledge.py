@@ -140,6 +140,7 @@ async def test_the_knowledge_base_view_lists_shows_and_changes(own_data):
     for name, product in (("duo.md", "Milk-V Duo"), ("duos.md", "Milk-V Duo S")):
         assert f"### {product}（1 份文档，{docs[name]['chunks']} 个切片）" in overview["output"]
         assert f"| {name} | ✅ 可用 | — | {docs[name]['chunks']} |" in overview["output"]
+        assert overview["output"].count("| 本地文件 |") == 2
     assert under(s, overview) == ["管理：Milk-V Duo", "管理：Milk-V Duo S", "重建索引"]
 
     product = await click(s, "管理：Milk-V Duo", "### Milk-V Duo")

@@ -210,6 +210,10 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
                 await expect(overview.get_by_role("heading", name=product, exact=False).first).to_be_visible()
                 await expect(overview.get_by_role("cell", name=file, exact=True).first).to_be_visible()
             await shot(page, "09-knowledge-base")
+            await overview.get_by_role("button", name="管理：Milk-V Duo", exact=True).click()
+            product = page.locator(REPLIES).filter(has_text="点击文件名查看它的切片").last
+            for origin in ("本地文件", "上传"):  # two documents named duo.md, told apart by where they came from
+                await expect(product.get_by_role("button", name=f"《duo.md》（{origin}）")).to_be_visible()
             await overview.get_by_role("button", name="管理：Milk-V Duo256M").click()
             product = page.locator(REPLIES).filter(has_text="点击文件名查看它的切片").last
             await product.get_by_role("button", name="改名").click()

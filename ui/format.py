@@ -161,6 +161,7 @@ class ImportProgress:
 
 # -- the knowledge base as the chat shows it ------------------------------------------------
 STATUS_NAMES = {"ready": "✅ 可用", "importing": "⏳ 导入中", "damaged": "⚠️ 需重新导入"}
+SOURCE_NAMES = {"upload": "上传", "path": "本地文件", "recovered": "修复时找回"}
 NO_PRODUCT = "（未归类）"
 CHUNK_PAGE = 5
 CHUNK_CHARS = 400
@@ -193,11 +194,26 @@ def images_cell(record: dict) -> str:
     return f"{found}（缺 {missing}）" if missing else str(found)
 
 
+def source_name_of(record: dict) -> str:
+    return SOURCE_NAMES.get(record.get("source") or "", "—")
+
+
+def file_label(record: dict, docs: list[dict]) -> str:
+    """A document's button label; where a name repeats (`boot.md` of two products) the origin tells them apart."""
+    name = record.get("file_name") or record["doc_id"]
+    twins = [d for d in docs if d.get("file_name") == record.get("file_name")]
+    if len(twins) < 2:
+        return f"《{name}》"
+    same_origin = [d for d in twins if d.get("source") == record.get("source")]
+    tag = source_name_of(record) + (f" {same_origin.index(record) + 1}" if len(same_origin) > 1 else "")
+    return f"《{name}》（{tag}）"
+
+
 def documents_table(docs: list[dict]) -> str:
-    rows = ["| 文件 | 状态 | 页数 | 切片 | 图片 | 导入时间 |", "|---|---|---|---|---|---|"]
+    rows = ["| 文件 | 状态 | 页数 | 切片 | 图片 | 导入时间 | 来源 |", "|---|---|---|---|---|---|---|"]
     rows += [f"| {cell(d.get('file_name')) or d['doc_id']} | {STATUS_NAMES.get(d.get('status'), cell(d.get('status')))} "
              f"| {int(d.get('pages') or 0) or '—'} | {int(d.get('chunks') or 0)} | {images_cell(d)} "
-             f"| {when(d.get('imported_at'))} |" for d in docs]
+             f"| {when(d.get('imported_at'))} | {source_name_of(d)} |" for d in docs]
     return "\n".join(rows)
 
 

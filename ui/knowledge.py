@@ -15,7 +15,9 @@ from graphs.importing import catalog
 from services.errors import ImportProcessError
 from ui.access import can_edit, current_user, user_name
 from ui.background import drop_buttons, in_thread, keep_buttons, spawn
-from ui.format import CHUNK_PAGE, NO_PRODUCT, by_product, chunk_page, kb_overview, product_view, set_summary
+from ui.format import (
+    CHUNK_PAGE, NO_PRODUCT, by_product, chunk_page, file_label, kb_overview, product_view, set_summary,
+)
 from ui.progress import FileView
 
 COMMAND = "知识库"
@@ -100,7 +102,7 @@ async def show_product(action: cl.Action) -> None:
     if not docs:
         await say(f"❌ 产品不存在：{product}", again())
         return
-    actions = [button(DOC, f"《{d.get('file_name') or d['doc_id']}》", "file-text", doc=d["doc_id"]) for d in docs]
+    actions = [button(DOC, file_label(d, docs), "file-text", doc=d["doc_id"]) for d in docs]
     if can_edit(current_user()) and product != NO_PRODUCT:
         actions += [button(RENAME, "改名", "pencil", product=product),
                     button(DELETE_PRODUCT, "删除产品", "trash-2", product=product)]
