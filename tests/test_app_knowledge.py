@@ -13,6 +13,7 @@ import chainlit as cl
 from bench.shared import CORPUS
 from conftest import CORPUS_DOCS
 from graphs.importing import catalog, run_import
+from services.settings import get_settings
 from services.vector_store import get_vector_store
 from test_app_handlers import Session, own_data  # noqa: F401  (fixture)
 from ui import knowledge
@@ -292,3 +293,27 @@ async def test_a_storage_fault_during_a_change_is_said_and_loses_nothing(own_dat
         await reply(s, said, seen)
         assert catalog.document(record["doc_id"])["chunks"] == record["chunks"]
         assert len(get_vector_store().doc_rows(record["doc_id"])) == record["chunks"]
+
+
+async def test_a_set_with_a_refused_file_imports_the_rest(own_data, tmp_path, monkeypatch):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("不是说明书", encoding="utf-8")
+    s = Session()
+    await s.start()
+    await s.send("", [notes, DUOS])
+    summary = await reply(s, "识别为")
+    assert summary["output"].split("\n")[0] == "识别为 1 个产品：Milk-V Duo S（1 个文件）"
+    messages = {m["output"].split("》")[0]: m["output"] for m in s.import_messages()}
+    assert "不支持的文件类型" in messages["❌ 《notes.txt"] and "✅ 《duos.md" in messages
+    assert [d["file_name"] for d in catalog.documents()] == ["duos.md"]
+
+    def disk_full(*args, **kwargs):  # the set's import itself breaks down
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr("ui.attachments.import_set", disk_full)
+    seen = len(s.replies())
+    await s.send("", [DUO, DUOS])
+    await s.wait_for(lambda: len([m for m in s.import_messages()[-2:] if m["output"].startswith("❌")]) == 2)
+    assert all("导入出错：[Errno 28] No space left" in m["output"] for m in s.import_messages()[-2:])
+    assert not [r for r in s.replies()[seen:] if r["output"].startswith("识别为")]  # nothing imported, no summary
+    staged = sorted(p.name for p in (get_settings().data_dir / "uploads").rglob("*.md"))
+    assert staged == ["duos.md"]  # the first set's file stays (its button may import it again), the broken set's went

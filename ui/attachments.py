@@ -9,7 +9,9 @@ from pathlib import Path
 
 import chainlit as cl
 
-from graphs.importing import ImportResult, StagedFile, UploadRejected, import_set, run_import, stage_uploads
+from graphs.importing import (
+    ImportResult, StagedFile, UploadRejected, discard, import_set, run_import, stage_uploads,
+)
 from services.errors import ImportProcessError
 from services.settings import get_settings
 from ui import knowledge
@@ -91,6 +93,7 @@ async def import_attachments(files: list) -> None:
             lambda emit: import_set([s.path for s in staged], staged=staged, on_event=emit, updated_by=by), on_event)
     except Exception as exc:
         log.exception("import of a set crashed")
+        discard(staged)  # nothing refers to them: no button offers them again
         for view in views.values():
             await view.crashed(exc)
         return
