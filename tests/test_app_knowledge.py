@@ -296,7 +296,7 @@ async def test_a_storage_fault_during_a_change_is_said_and_loses_nothing(own_dat
 
 
 async def test_a_set_with_a_refused_file_imports_the_rest(own_data, tmp_path, monkeypatch):
-    notes = tmp_path / "notes.txt"
+    notes = tmp_path / "notes.csv"
     notes.write_text("不是说明书", encoding="utf-8")
     s = Session()
     await s.start()
@@ -304,7 +304,7 @@ async def test_a_set_with_a_refused_file_imports_the_rest(own_data, tmp_path, mo
     summary = await reply(s, "识别为")
     assert summary["output"].split("\n")[0] == "识别为 1 个产品：Milk-V Duo S（1 个文件）"
     messages = {m["output"].split("》")[0]: m["output"] for m in s.import_messages()}
-    assert "不支持的文件类型" in messages["❌ 《notes.txt"] and "✅ 《duos.md" in messages
+    assert "不支持的文件类型" in messages["❌ 《notes.csv"] and "✅ 《duos.md" in messages
     assert [d["file_name"] for d in catalog.documents()] == ["duos.md"]
 
     def disk_full(*args, **kwargs):  # the set's import itself breaks down

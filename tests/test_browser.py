@@ -177,7 +177,7 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
             await shot(page, "05-chosen-product")
 
             # -- a file the knowledge base cannot take
-            notes = tmp_path / "购物清单.txt"
+            notes = tmp_path / "购物清单.csv"
             notes.write_text("牛奶、鸡蛋", encoding="utf-8")
             await page.set_input_files("#upload-button-input", str(notes))
             await expect(page.get_by_text("不支持的文件类型")).to_be_visible()
