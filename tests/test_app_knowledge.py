@@ -317,3 +317,18 @@ async def test_a_set_with_a_refused_file_imports_the_rest(own_data, tmp_path, mo
     assert not [r for r in s.replies()[seen:] if r["output"].startswith("识别为")]  # nothing imported, no summary
     staged = sorted(p.name for p in (get_settings().data_dir / "uploads").rglob("*.md"))
     assert staged == ["duos.md"]  # the first set's file stays (its button may import it again), the broken set's went
+
+
+async def test_a_document_without_its_original_cannot_be_reimported(own_data):
+    from services.documents import get_document_registry
+
+    run_import(DUOS)
+    doc_id = catalog.documents()[0]["doc_id"]
+    get_document_registry().delete(doc_id)  # chunks left without a record: the repair recovers one, no original
+    assert catalog.repair()["recovered"] == 1
+    s = Session()
+    await s.start()
+    await s.click({"name": knowledge.REIMPORT, "payload": {"doc": doc_id}, "label": "重新导入", "id": "r", "forId": "x"})
+    failed = await reply(s, "❌ 《duos")
+    assert failed["output"] == "❌ 《duos》无法重新导入：这份文档没有保存原件，请重新上传。"
+    assert catalog.document(doc_id)["chunks"] == len(get_vector_store().doc_rows(doc_id))

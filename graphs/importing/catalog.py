@@ -158,7 +158,7 @@ def reimport_document(doc_id: str, *, updated_by: str = "",
     """One document imported again from its stored original, under its product."""
     record = document(doc_id)
     if not record.get("original_key"):
-        raise ValidationError("这份文档没有保存原件，无法重新导入：请重新上传。")
+        raise ValidationError("这份文档没有保存原件，请重新上传。")
     return _reimport(record, updated_by, on_event)
 
 
