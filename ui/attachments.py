@@ -47,10 +47,9 @@ def remember(staged: StagedFile) -> str:
 
 
 def rename_button(staged: StagedFile):
-    def actions(_: dict) -> list[cl.Action]:
-        return [cl.Action(name=RENAME_PRODUCT, payload={"upload": remember(staged)}, label="修改商品名",
-                          tooltip="商品名识别错了？输入正确的名称后重新导入", icon="pencil")]
-    return actions
+    """The "修改商品名" button of an imported upload, made once its import has finished."""
+    return lambda: [cl.Action(name=RENAME_PRODUCT, payload={"upload": remember(staged)}, label="修改商品名",
+                              tooltip="商品名识别错了？输入正确的名称后重新导入", icon="pencil")]
 
 
 async def stage_all(files: list) -> tuple[list[StagedFile], dict[str, FileView]]:

@@ -13,7 +13,7 @@ class FileView:
         self.name = name
         self.progress = ImportProgress(name)
         self.message = cl.Message(content=f"⏳ 正在导入《{name}》……")
-        self.done_actions = done_actions  # result dict -> buttons under a finished import
+        self.done_actions = done_actions  # () -> the buttons under a finished import
         self.finished = False
 
     async def show(self) -> None:
@@ -32,7 +32,7 @@ class FileView:
 
     async def done(self, result: dict) -> None:
         self.message.content = self.progress.render_done(result, rename_hint=self.done_actions is not None)
-        self.message.actions = self.done_actions(result) if self.done_actions else []
+        self.message.actions = self.done_actions() if self.done_actions else []
         await self.message.update()
         self.finished = True
 
