@@ -332,3 +332,15 @@ async def test_a_document_without_its_original_cannot_be_reimported(own_data):
     failed = await reply(s, "❌ 《duos")
     assert failed["output"] == "❌ 《duos》无法重新导入：这份文档没有保存原件，请重新上传。"
     assert catalog.document(doc_id)["chunks"] == len(get_vector_store().doc_rows(doc_id))
+
+
+async def test_a_big_set_offers_to_move_only_its_unsure_files():
+    items = [{"file": f"page{n}.md", "product": "Milk-V Mars", "how": "named", "doc_id": f"d{n}"} for n in range(11)]
+    items[4] = {**items[4], "how": "weak"}
+    s = Session()
+    await s.run(knowledge.send_set_summary, items)
+    summary = s.replies()[-1]
+    assert summary["output"].split("\n")[0] == "识别为 1 个产品：Milk-V Mars（11 个文件）"
+    assert under(s, summary) == ["接受", "改名：Milk-V Mars", "移动《page4.md》（Milk-V Mars）"]
+    await s.run(knowledge.send_set_summary, items[:10])  # up to ten files, each has its button
+    assert len([b for b in under(s, s.replies()[-1]) if b.startswith("移动")]) == 10

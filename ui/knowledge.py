@@ -26,6 +26,7 @@ COMMANDS = [{"id": COMMAND, "icon": "library", "description": "查看和管理�
 NOT_ALLOWED = "❌ 只有登录用户才能修改知识库。"
 NAME_TIMEOUT_S = 300
 MAX_MOVE_TARGETS = 8
+MAX_MOVE_BUTTONS = 10
 MAX_PICTURES = 6
 
 OPEN, PRODUCT, DOC = "kb_open", "kb_product", "kb_doc"
@@ -134,8 +135,10 @@ async def send_set_summary(items: list[dict]) -> None:
     products = list(dict.fromkeys(i["product"] for i in items))
     actions = [button(ACCEPT, "接受", "check")]
     actions += [button(RENAME, f"改名：{p}", "pencil", product=p) for p in products]
+    # a big set offers only its unsure files here; every file can be moved from the knowledge-base view
+    movable = items if len(items) <= MAX_MOVE_BUTTONS else [i for i in items if i["how"] == "weak"]
     actions += [button(MOVE, f"移动《{i['file']}》（{i['product']}）", "folder-input", doc=i["doc_id"], products=products)
-                for i in items]
+                for i in movable]
     await say(set_summary(items), actions)
 
 
