@@ -15,7 +15,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from api import mount_api
-from graphs.importing import catalog
+from graphs.importing import MAX_FILES, catalog
 from services.object_store import IMAGES_PREFIX, LOCAL_URL_PREFIX, local_images_root
 from services.settings import get_settings
 from services.task_store import get_task_store
@@ -38,8 +38,9 @@ USERS, DEFAULT_LOGIN = configured_users()
 if DEFAULT_LOGIN:
     print("⚠️  未设置 AUTH_USERS：使用本地默认账号 admin / admin，仅供本机试用；"
           "对外提供服务前请在 .env 中设置 AUTH_USERS=用户名:密码", flush=True)
-# The upload cap follows MAX_UPLOAD_MB, in the browser and on the server.
+# The upload caps follow MAX_UPLOAD_MB and the import's set size, in the browser and on the server.
 config.features.spontaneous_file_upload.max_size_mb = settings.max_upload_mb
+config.features.spontaneous_file_upload.max_files = MAX_FILES  # a documentation site's pages, as one set
 
 # Chainlit's catch-all GET route shadows routes added after it: the image route goes first.
 images_root = local_images_root(settings)

@@ -25,6 +25,7 @@ from chainlit.user import User
 import app
 import chainlit as cl
 from conftest import CORPUS_DOCS
+from graphs.importing import MAX_FILES
 from graphs.importing.runner import run_import
 from manual_files import PANEL_PNG, WEB_PRODUCT, WORD_PRODUCT, web_manual, word_manual
 from query_fixtures import model, web  # noqa: F401  (fixtures)
@@ -511,6 +512,7 @@ def test_upload_settings_take_manuals_only_up_to_the_cap():
 
     cap = get_settings().max_upload_mb
     assert config.features.spontaneous_file_upload.max_size_mb == cap
+    assert config.features.spontaneous_file_upload.max_files == MAX_FILES  # one message, one set
 
     def upload(name: str, mime: str, size: int = 10) -> UploadFile:
         return UploadFile(io.BytesIO(b"x"), filename=name, size=size, headers=Headers({"content-type": mime}))

@@ -3,6 +3,7 @@ an upload of several files as one set with its summary, the `/知识库` view an
 from it. Below the UI everything is real: import graph, Milvus Lite, registry, object store."""
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 
@@ -344,3 +345,34 @@ async def test_a_big_set_offers_to_move_only_its_unsure_files():
     assert under(s, summary) == ["接受", "改名：Milk-V Mars", "移动《page4.md》（Milk-V Mars）"]
     await s.run(knowledge.send_set_summary, items[:10])  # up to ten files, each has its button
     assert len([b for b in under(s, s.replies()[-1]) if b.startswith("移动")]) == 10
+
+
+def manifest_products() -> dict[str, str]:
+    """Page path under the corpus -> its product, from the corpus MANIFEST."""
+    rows = re.findall(r"^\| `(milkv-docs/[^`]+)` \| ([^|]+) \|$", (CORPUS / "MANIFEST.md").read_text(encoding="utf-8"), re.M)
+    return {path: product.strip() for path, product in rows}
+
+
+async def test_a_documentation_site_dropped_into_the_chat_groups_by_what_pages_say(own_data):
+    """Rule: with no folders to go by, a page whose product the set recognised is in its MANIFEST
+    product; a page it is unsure of is listed in the summary to be confirmed; three products."""
+    expected = manifest_products()
+    pages = [CORPUS / path for path in sorted(expected)]
+    assert len(pages) == 33
+    s = Session()
+    await s.start()
+    await s.send("", pages)
+    summary = await reply(s, "识别为")
+    assert summary["output"].startswith("识别为 3 个产品：")
+    assert sorted(product_names()) == ["Milk-V Jupiter", "Milk-V Mars", "Milk-V Mars CM"]
+    unsure = set(re.findall(r"^- 《([^》]+)》未写明产品，暂归入 (.+)，请确认$", summary["output"], re.M))
+    records = {d["content_hash"]: d for d in catalog.documents()}
+    assert len(records) == 33
+    wrong = []
+    for path, product in expected.items():
+        record = records[hashlib.sha256((CORPUS / path).read_bytes()).hexdigest()]  # the upload of this page
+        if (record["file_name"], record["product"]) not in unsure and record["product"] != product:
+            wrong.append((path, record["product"], product))
+    assert not wrong, wrong
+    assert unsure  # some pages never name their product: they are asked about, not decided
+    assert len(unsure) < len(pages) / 2  # ... and most do
