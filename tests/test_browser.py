@@ -251,18 +251,18 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
                 await expect(overview.get_by_role("cell", name=file, exact=True).first).to_be_visible()
             await shot(page, "09-knowledge-base")
             await overview.get_by_role("button", name="管理：Milk-V Duo", exact=True).click()
-            product = page.locator(REPLIES).filter(has_text="点击文件名查看它的切片").last
+            product = page.locator(REPLIES).filter(has_text="点击文件名查看它的切片").filter(has_text="duo.md")
             for origin in ("本地文件", "上传"):  # two documents named duo.md, told apart by where they came from
                 await expect(product.get_by_role("button", name=f"《duo.md》（{origin}）")).to_be_visible()
             await overview.get_by_role("button", name="管理：Milk-V Duo256M").click()
-            product = page.locator(REPLIES).filter(has_text="点击文件名查看它的切片").last
+            product = page.locator(REPLIES).filter(has_text="点击文件名查看它的切片").filter(has_text="duo256m.md")
             await product.get_by_role("button", name="改名").click()
             await expect(page.get_by_text("请输入“Milk-V Duo256M”的新产品名：")).to_be_visible()
             await page.fill("#chat-input", "Duo256M 小板")
             await page.keyboard.press("Enter")
             await expect(page.get_by_text("✅ 已把“Milk-V Duo256M”改名为“Duo256M 小板”")).to_be_visible()
             await overview.get_by_role("button", name="管理：Milk-V Duo S").click()
-            product = page.locator(REPLIES).filter(has_text="点击文件名查看它的切片").last
+            product = page.locator(REPLIES).filter(has_text="点击文件名查看它的切片").filter(has_text="duos.md")
             await product.get_by_role("button", name="《duos.md》").click()
             chunks = page.locator(REPLIES).filter(has_text="《duos.md》").filter(has_text="切片：").last
             await expect(chunks).to_contain_text("1. ")  # the first chunk, under its heading path
