@@ -22,6 +22,7 @@ from ui.format import CHUNK_PAGE as PAGE
 
 DUO, DUOS = CORPUS_DOCS[0], CORPUS_DOCS[2]
 MILKV = CORPUS / "milkv-docs"
+READER_REFUSED = "❌ 账号“rita”是只读角色，不能导入或修改说明书；请联系管理员。"
 # Two products whose overview pages name them in their titles, and a page that names neither.
 MARS, JUPITER, GPIO = (MILKV / "mars" / "overview.md", MILKV / "jupiter" / "overview.md",
                        MILKV / "mars" / "getting-started" / "gpio.md")
@@ -213,11 +214,10 @@ async def test_the_knowledge_base_view_lists_shows_and_changes(own_data):
     await click(s, "查看知识库", "📚 知识库还是空的")
 
 
-async def test_changes_need_a_logged_in_user(own_data):
+async def test_a_reader_sees_the_knowledge_base_but_cannot_change_it(own_data):
     run_import(DUOS)
     doc_id = catalog.documents()[0]["doc_id"]
-    s = Session()
-    s.session.user = None
+    s = Session(user="rita", role="reader")
     await s.start()
     await command(s, knowledge.COMMAND)
     overview = await reply(s, "## 📚 知识库：1 个产品，1 份文档")
@@ -230,11 +230,11 @@ async def test_changes_need_a_logged_in_user(own_data):
                           (knowledge.RENAME, {"product": "Milk-V Duo S"}), (knowledge.REINDEX, {})):
         seen = len(s.replies())
         await s.click({"name": name, "payload": payload, "label": "x", "id": "forged", "forId": page["id"]})
-        await reply(s, knowledge.NOT_ALLOWED, seen)
+        await reply(s, READER_REFUSED, seen)
     assert [d["doc_id"] for d in catalog.documents()] == [doc_id] and product_names() == ["Milk-V Duo S"]
     assert not [d for _, n, d in s.emitter.events if n == "ask"]
     await s.send("", [DUO])
-    await reply(s, knowledge.NOT_ALLOWED, len(s.replies()) - 1)
+    await reply(s, READER_REFUSED, len(s.replies()) - 1)
     assert [d["doc_id"] for d in catalog.documents()] == [doc_id]
 
 

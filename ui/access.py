@@ -1,18 +1,26 @@
-"""Who may change the knowledge base from the chat. One place, so that roles can replace the rule."""
+"""Who may change the knowledge base from the chat: the login's role decides (admins and editors)."""
 from __future__ import annotations
 
 import chainlit as cl
 
-
-def can_edit(user: cl.User | None) -> bool:
-    """Any logged-in user may import, rename, move, delete and reindex."""
-    return user is not None
+from ui.auth import chat_user
 
 
-def current_user() -> cl.User | None:
-    return cl.user_session.get("user")
+def can_edit() -> bool:
+    return chat_user().can_edit
 
 
 def user_name() -> str:
-    user = current_user()
-    return user.identifier if user else ""
+    return chat_user().name
+
+
+def refusal() -> str:
+    return f"❌ 账号“{chat_user().name}”是只读角色，不能导入或修改说明书；请联系管理员。"
+
+
+async def may_change_knowledge_base() -> bool:
+    """Readers ask questions; importing, renaming, moving, deleting and reindexing are for admins and editors."""
+    if can_edit():
+        return True
+    await cl.Message(content=refusal()).send()
+    return False

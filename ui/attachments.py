@@ -8,6 +8,9 @@ import uuid
 from pathlib import Path
 
 import chainlit as cl
+from chainlit.server import UserParam, upload_file
+from fastapi import FastAPI, HTTPException, UploadFile
+from fastapi.routing import APIRoute
 
 from graphs.importing import (
     ImportResult, StagedFile, UploadRejected, discard, import_set, run_import, stage_uploads,
@@ -15,7 +18,7 @@ from graphs.importing import (
 from services.errors import ImportProcessError
 from services.settings import get_settings
 from ui import knowledge
-from ui.access import can_edit, current_user, user_name
+from ui.access import may_change_knowledge_base, user_name
 from ui.background import in_thread, spawn
 from ui.chat import answer
 from ui.progress import FileView
@@ -24,6 +27,20 @@ log = logging.getLogger("ui.attachments")
 
 RENAME_PRODUCT = "rename_product"
 RENAME_TIMEOUT_S = 300
+
+
+async def upload_attachment(current_user: UserParam, session_id: str, file: UploadFile,
+                            ask_parent_id: str | None = None):
+    """Chainlit's own upload route, except that a 0-byte file (which it fails on with a bare 500)
+    is refused with what is wrong; the browser shows the message next to the file name."""
+    if file.size == 0:
+        raise HTTPException(400, f"文件“{file.filename}”是空的（0 字节），没有可导入的内容。")
+    return await upload_file(current_user, session_id, file, ask_parent_id)
+
+
+def refuse_empty_attachments(app: FastAPI) -> None:
+    """Put upload_attachment in front of Chainlit's route for the same path."""
+    app.router.routes.insert(0, APIRoute("/project/file", upload_attachment, methods=["POST"], include_in_schema=False))
 
 
 def attached_files(message: cl.Message) -> list:
@@ -74,10 +91,7 @@ async def stage_all(files: list) -> tuple[list[StagedFile], dict[str, FileView]]
 
 
 async def import_attachments(files: list) -> None:
-    """The files of one message as one set."""
-    if not can_edit(current_user()):
-        await cl.Message(content=knowledge.NOT_ALLOWED).send()
-        return
+    """The files of one message as one set (the caller has checked that this user may import)."""
     staged, views = await stage_all(files)
     if not staged:
         return
@@ -114,14 +128,12 @@ async def answer_after_imports(imports: asyncio.Task, question: str) -> None:
 
 async def rename_product(action: cl.Action) -> None:
     """The button returns at once; asking and importing go on in the background."""
-    spawn(ask_and_reimport(action), "修改商品名失败")
+    if await may_change_knowledge_base():
+        spawn(ask_and_reimport(action), "修改商品名失败")
 
 
 async def ask_and_reimport(action: cl.Action) -> None:
     """Ask for the right product name, then import the same file again under it (replacing itself)."""
-    if not can_edit(current_user()):
-        await cl.Message(content=knowledge.NOT_ALLOWED).send()
-        return
     info = (cl.user_session.get("uploads") or {}).get(str(action.payload.get("upload") or ""))
     if not isinstance(info, dict):
         await cl.Message(content="找不到这次上传的文件（会话可能已过期），请重新上传说明书。").send()

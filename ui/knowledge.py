@@ -2,7 +2,7 @@
 made from it or from an upload's summary: accept, rename / merge, move, re-import, delete, reindex.
 
 Every button returns at once (the browser waits on it) and its work goes on in the background;
-changes need `can_edit`, checked again at each click because a payload can be forged.
+changes are for admins and editors (`ui.access`).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import chainlit as cl
 
 from graphs.importing import catalog
 from services.errors import ImportProcessError
-from ui.access import can_edit, current_user, user_name
+from ui.access import can_edit, may_change_knowledge_base, user_name
 from ui.background import drop_buttons, in_thread, keep_buttons, spawn
 from ui.format import (
     CHUNK_PAGE, NO_PRODUCT, by_product, chunk_page, file_label, kb_overview, product_view, set_summary,
@@ -23,7 +23,6 @@ from ui.progress import FileView
 COMMAND = "知识库"
 COMMANDS = [{"id": COMMAND, "icon": "library", "description": "查看和管理知识库：产品、文档、切片",
              "button": True, "persistent": False}]
-NOT_ALLOWED = "❌ 只有登录用户才能修改知识库。"
 NAME_TIMEOUT_S = 300
 MAX_MOVE_TARGETS = 8
 MAX_MOVE_BUTTONS = 10
@@ -92,7 +91,7 @@ async def finish(message: cl.Message, content: str) -> None:
 async def show_overview(_: cl.Action | None = None) -> None:
     docs = await asyncio.to_thread(catalog.documents)
     actions = [button(PRODUCT, f"管理：{p}", "package", product=p) for p in by_product(docs)]
-    if docs and can_edit(current_user()):
+    if docs and can_edit():
         actions.append(button(REINDEX, "重建索引", "refresh-cw"))
     await say(kb_overview(docs), actions)
 
@@ -104,7 +103,7 @@ async def show_product(action: cl.Action) -> None:
         await say(f"❌ 产品不存在：{product}", again())
         return
     actions = [button(DOC, file_label(d, docs), "file-text", doc=d["doc_id"]) for d in docs]
-    if can_edit(current_user()) and product != NO_PRODUCT:
+    if can_edit() and product != NO_PRODUCT:
         actions += [button(RENAME, "改名", "pencil", product=product),
                     button(DELETE_PRODUCT, "删除产品", "trash-2", product=product)]
     await say(product_view(product, docs), actions)
@@ -119,7 +118,7 @@ async def show_document(action: cl.Action) -> None:
     actions = []
     if start + CHUNK_PAGE < len(chunks):
         actions.append(button(DOC, "下一页", "chevron-right", doc=doc_id, start=start + CHUNK_PAGE))
-    if can_edit(current_user()):
+    if can_edit():
         actions += [button(MOVE, "移到别的产品", "folder-input", doc=doc_id),
                     button(REIMPORT, "重新导入", "rotate-cw", doc=doc_id),
                     button(DELETE_DOC, "删除", "trash-2", doc=doc_id)]
@@ -290,12 +289,8 @@ ACTIONS: dict[str, Callable[[cl.Action], Awaitable[None]]] = {
 
 
 async def run(action: cl.Action) -> None:
-    handler = ACTIONS[action.name]
-    if action.name not in READ_ONLY and not can_edit(current_user()):
-        await say(NOT_ALLOWED)
-        return
     try:
-        await handler(action)
+        await ACTIONS[action.name](action)
     except _Reported:
         return
     except ImportProcessError as exc:  # refused (unknown, exists, bad name) or a storage fault
@@ -305,6 +300,8 @@ async def run(action: cl.Action) -> None:
 def callback(name: str) -> Callable[[cl.Action], Awaitable[None]]:
     """The action callback for `name`: starts the work and returns at once."""
     async def on_action(action: cl.Action) -> None:
-        spawn(run(action), "知识库操作失败")
+        # checked at every click, not only when the button was shown: a payload can be forged
+        if name in READ_ONLY or await may_change_knowledge_base():
+            spawn(run(action), "知识库操作失败")
     on_action.__name__ = f"on_{name}"
     return on_action
