@@ -1,9 +1,11 @@
 """A person in a real browser: headless Chromium (Debian's, driven by Playwright) against the running app.
 
-Upload a manual and watch it import; ask and see one step per node, the streamed answer and a
+Upload a manual and watch it import, correct its product name with the prompt next to the button
+and the composer still a send button; ask and see one step per node, the streamed answer and a
 picture that loads; see a footer and switches that say what is configured; open a PDF answer's
 source chip at its page; pick a product from the buttons; get refused for a wrong file type; come
-back to the earlier conversation from the sidebar and follow up with "它". Screenshots: artifacts/browser/.
+back to the earlier conversation from the sidebar and follow up with "它"; open the knowledge base
+from the composer, rename a product and delete a document, then ask again. Screenshots: artifacts/browser/.
 """
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import statistics
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 from playwright.async_api import async_playwright, expect
 
@@ -118,6 +119,13 @@ async def log_in(page, url: str) -> None:
     await expect(page.locator("#chat-input")).to_be_visible()
 
 
+async def api_get(page, url: str, path: str):
+    """The HTTP API as this logged-in browser sees it (its login cookie goes along)."""
+    res = await page.request.get(f"{url}{path}")
+    assert res.ok, await res.text()
+    return await res.json()
+
+
 async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
     assert CHROMIUM.exists(), "Chromium is missing: run scripts/install_system_deps.sh"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -130,7 +138,7 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
         await expect(page.get_by_text("Milk-V Duo S 快速上手")).to_be_visible()
         await expect(page.locator("#chat-settings-open-modal")).to_be_visible()  # the session is up
         # starters: the catalogue's products, real names only
-        products = [p["product"] for p in httpx.get(f"{running_app.url}/api/products", timeout=10).json()]
+        products = [p["product"] for p in await api_get(page, running_app.url, "/api/products")]
         starters = await page.locator('[id^="starter-"]').all_inner_texts()
         assert sorted(t.strip() for t in starters) == sorted(f"{p} 快速上手" for p in products)[:4], starters
         assert await page.locator("#command-知识库").count() == 1  # the knowledge base, from the composer
@@ -291,7 +299,7 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
         await page.locator(REPLIES).filter(has_text="确定删除《duos.md》吗").get_by_role("button", name="确认删除").click()
         await expect(page.get_by_text("🗑️ 已删除《duos.md》")).to_be_visible()
         await shot(page, "11-renamed-and-deleted")
-        left = sorted(p["product"] for p in httpx.get(f"{running_app.url}/api/products", timeout=10).json())
+        left = sorted(p["product"] for p in await api_get(page, running_app.url, "/api/products"))
         assert left == sorted(["Duo256M 小板", "Milk-V Duo", running_app.products[PRELOADED[3].stem]]), left
         # the chat is still usable: a send button, and a question gets its answer
         await expect(page.locator("#stop-button")).to_have_count(0)
