@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import platform
+import random
 import re
 import resource
 import shutil
@@ -31,6 +32,9 @@ from services.vector_store import ANALYZER, VectorStore, get_vector_store
 ROOT = Path(__file__).resolve().parent.parent
 QA_FILE = ROOT / "bench" / "data" / "qa_corpus.jsonl"
 K_VALUES = (1, 3, 5, 10)
+# Every QA set is split with this seed into a calibration half (constants are chosen on it) and a
+# held half (what is reported).
+SPLIT_SEED = 10
 TOP_K = max(K_VALUES)
 # Retrieval only: no web search, no HyDE, and the graph stops before the answer node.
 RETRIEVAL_OPTIONS = {"web_search": False, "hyde": False}
@@ -164,6 +168,13 @@ def first_relevant_rank(contents: list[str], evidence: list[str], k: int = TOP_K
         if all(n in text for n in needles):
             return rank
     return None
+
+
+def calibration_half(ids: list[str], seed: int = SPLIT_SEED) -> set[str]:
+    """The ids constants may be chosen on: the first half of the sorted ids shuffled with `seed`."""
+    shuffled = sorted(ids)
+    random.Random(seed).shuffle(shuffled)
+    return set(shuffled[:len(shuffled) // 2])
 
 
 def rank_metrics(ranks: list[int | None]) -> dict:

@@ -1,8 +1,10 @@
-"""Cross-encoder relevance scores in 0..1 for (query, passage) pairs.
+"""Relevance scores in 0..1 for (query, passage) pairs.
 
 Production: `FlagReranker(BGE_RERANKER_LARGE)` (query first, pitfall 9). No package ships
-cross-encoder weights, so offline the scorer fuses the dense cosine of the whole passage with how
-much of the question's vocabulary the passage covers; `name` says which scorer ran.
+cross-encoder weights, so offline the scorer is lexical: the mean of how much of the question's
+vocabulary (IDF-weighted, distinct terms) the passage covers, how much its best sentence covers
+(the terms close together), and BM25 among the candidates. The dense cosine of USE-m3 made its
+order worse on held-out questions and is left out. `name` says which scorer ran.
 """
 from __future__ import annotations
 
@@ -12,15 +14,18 @@ import threading
 from functools import lru_cache
 
 import jieba
-import numpy as np
 
-from services.embeddings import get_embedder, validate_model_dir
+from services.embeddings import validate_model_dir
 from services.errors import ConfigurationError
 from services.settings import Settings, get_settings
 
 jieba.setLogLevel(60)
 STOPWORDS = set("的 了 吗 呢 吧 啊 是 在 和 与 或 及 有 没有 怎么 怎样 如何 什么 哪个 哪些 哪 多少 几 个 能 能否 可以 要 需要 "
                 "用 把 被 对 这 那 这个 那个 它 我 你 请问 一下 时 中 上 下 为什么 是否 吗？ 呢？".split())
+# A sentence ends at Chinese or ASCII end punctuation or a line break (table rows, list items).
+SENTENCE_END = re.compile(r"(?<=[。！？；!?;\n])")
+BM25_K1 = 1.2
+BM25_B = 0.75
 
 
 def query_terms(query: str) -> list[str]:
@@ -49,13 +54,42 @@ def idf(term: str) -> float:
     return table.get(term, median)
 
 
+def squashed(text: str) -> str:
+    return re.sub(r"\s+", "", text.lower())
+
+
 def coverage(terms: list[str], passage: str) -> float:
     """Share of the question's vocabulary, IDF-weighted, that the passage contains."""
     if not terms:
         return 0.0
-    text = re.sub(r"\s+", "", passage.lower())
+    text = squashed(passage)
     total = sum(idf(t) for t in terms)
     return sum(idf(t) for t in terms if t.replace(" ", "") in text) / total
+
+
+def sentences(text: str) -> list[str]:
+    return [s for s in SENTENCE_END.split(text) if s.strip()]
+
+
+def best_sentence_coverage(terms: list[str], passage: str) -> float:
+    return max((coverage(terms, s) for s in sentences(passage)), default=0.0)
+
+
+def pool_bm25(terms: list[str], passages: list[str]) -> list[float]:
+    """BM25 of each passage among the given ones (substring term counts, jieba IDF), scaled to the
+    best one = 1."""
+    texts = [squashed(p) for p in passages]
+    average = sum(map(len, texts)) / max(1, len(texts)) or 1.0
+    raw = []
+    for text in texts:
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * len(text) / average)
+        score = 0.0
+        for term in terms:
+            tf = text.count(term.replace(" ", ""))
+            score += idf(term) * tf * (BM25_K1 + 1) / (tf + norm) if tf else 0.0
+        raw.append(score)
+    top = max(raw, default=0.0)
+    return [r / top if top else 0.0 for r in raw]
 
 
 class Reranker:
@@ -66,7 +100,7 @@ class Reranker:
 
 
 class OfflineReranker(Reranker):
-    name = "offline:use-m3+lexical"
+    name = "offline:lexical"
 
     def __init__(self, settings: Settings):
         self._settings = settings
@@ -74,19 +108,11 @@ class OfflineReranker(Reranker):
     def score(self, query: str, docs: list[dict]) -> list[float]:
         if not docs:
             return []
-        embedder = get_embedder(self._settings)
-        qv = np.asarray(embedder.embed_query(query)["dense"], dtype=np.float32)
-        missing = [i for i, d in enumerate(docs) if not d.get("dense")]
-        fresh = embedder.embed([docs[i]["content"] for i in missing]) if missing else []
-        vectors = {i: v["dense"] for i, v in zip(missing, fresh)}
         terms = query_terms(query)
-        scores = []
-        for i, doc in enumerate(docs):
-            dv = np.asarray(vectors.get(i, doc.get("dense")), dtype=np.float32)
-            cos = float(dv @ qv)
-            semantic = min(1.0, max(0.0, (cos - 0.15) / 0.5))
-            scores.append(round(0.4 * semantic + 0.6 * coverage(terms, doc["content"]), 4))
-        return scores
+        contents = [d["content"] for d in docs]
+        bm25 = pool_bm25(terms, contents)
+        return [round((coverage(terms, c) + best_sentence_coverage(terms, c) + b) / 3, 4)
+                for c, b in zip(contents, bm25)]
 
 
 class FlagRerankerScorer(Reranker):

@@ -1,27 +1,79 @@
-"""Chunk search shared by the recall nodes and the product confirmation."""
+"""Chunk search and ordering shared by the recall, fusion and rerank nodes, the product confirmation
+and the benchmark. Every weight comes from `graphs.query.calibration`."""
 from __future__ import annotations
 
+import logging
+import re
+
+from graphs.query.calibration import RRF_K, Calibration, calibration
+from graphs.query.contracts import Hit
 from services.embeddings import get_embedder
+from services.reranker import get_reranker
 from services.settings import get_settings
-from services.vector_store import in_filter, get_vector_store
+from services.vector_store import get_vector_store, in_filter
 
-SEARCH_LIMIT = 10
-WEIGHTS = (0.8, 0.2)
-OUTPUT = ["chunk_id", "content", "item_name", "title", "parent_title", "file_title", "doc_id", "dense"]
+log = logging.getLogger("query.retrieval")
+
+OUTPUT = ["chunk_id", "content", "item_name", "title", "parent_title", "file_title", "doc_id"]
+# A chunk with less text than this besides headings and pictures (a cover page, a lone heading)
+# is never put before one that has text.
+THIN_CHARS = 30
+MD_IMAGE_OR_LINK = re.compile(r"!?\[[^\]\n]*\]\([^)\n]*\)|<[^>\n]+>")
 
 
-def search_chunks(text: str, item_names: list[str] | None, limit: int = SEARCH_LIMIT,
-                  ranker: str = "weighted") -> list[dict]:
-    """Hybrid (dense + sparse, weighted 0.8 / 0.2, normalised) search, optionally per product."""
+def search_chunks(text: str, item_names: list[str] | None, limit: int | None = None) -> list[Hit]:
+    """Dense and sparse recall (optionally per product), fused by weighted reciprocal rank; all of
+    both lists unless `limit`."""
     settings = get_settings()
+    cal = calibration(settings)
     store = get_vector_store(settings)
     vec = get_embedder(settings).embed_query(text)
     expr = in_filter("item_name", item_names) if item_names else ""
-    hits = store.hybrid_search(store.chunks, vec, text, expr=expr, limit=limit, weights=WEIGHTS, fields=OUTPUT,
-                               ranker=ranker)
+    dense = store.dense_search(store.chunks, vec, expr=expr, limit=cal.recall_limit, fields=OUTPUT)
+    sparse = store.sparse_search(store.chunks, vec, text, expr=expr, limit=cal.recall_limit, fields=OUTPUT)
+    hits = rrf_fuse([(sparse, cal.sparse_weight), (dense, cal.dense_weight)], top_n=limit or 2 * cal.recall_limit)
     for rank, hit in enumerate(hits, 1):
         hit["rank"] = rank
     return hits
+
+
+def rrf_fuse(lists: list[tuple[list[Hit], float]], k: int = RRF_K, top_n: int = 10) -> list[Hit]:
+    """score = sum(weight / (k + rank)); duplicates add up; ties keep the order first met (so a
+    list of weight 0 only appends its new chunks)."""
+    scores: dict[str, float] = {}
+    docs: dict[str, Hit] = {}
+    for hits, weight in lists:
+        for rank, hit in enumerate(hits, 1):
+            cid = hit["chunk_id"]
+            scores[cid] = scores.get(cid, 0.0) + weight / (k + rank)
+            docs.setdefault(cid, hit)
+    ordered = sorted(scores, key=lambda c: -scores[c])[:top_n]
+    return [{**docs[c], "rrf_score": round(scores[c], 6)} for c in ordered]
+
+
+def is_thin(doc: dict) -> bool:
+    """Headings, pictures and links only: nothing a question could be answered from."""
+    lines = [line for line in (doc.get("content") or "").splitlines() if not line.lstrip().startswith("#")]
+    body = MD_IMAGE_OR_LINK.sub("", "\n".join(lines))
+    title = (doc.get("title") or "").strip()
+    if title:
+        body = body.replace(title, "", 1)
+    return len(re.sub(r"[\s\W_]+", "", body)) < THIN_CHARS
+
+
+def rerank_order(query: str, docs: list[dict], cal: Calibration | None = None) -> tuple[list[tuple[float, dict]], str]:
+    """(score, doc) in final order, and the scorer's name: the reranker's order fused with the input
+    order by the calibrated weights; chunks without text go last. A scorer that fails raises."""
+    cal = cal or calibration()
+    reranker = get_reranker()
+    scores = reranker.score(query, docs)
+    by_score = sorted(range(len(docs)), key=lambda i: -scores[i])
+    fused: dict[int, float] = {}
+    for weight, order in ((cal.input_weight, range(len(docs))), (cal.rerank_weight, by_score)):
+        for rank, i in enumerate(order, 1):
+            fused[i] = fused.get(i, 0.0) + weight / (RRF_K + rank)
+    order = sorted(range(len(docs)), key=lambda i: (is_thin(docs[i]), -fused[i]))
+    return [(scores[i], docs[i]) for i in order], reranker.name
 
 
 def brief(hits: list[dict], n: int = 10) -> list[dict]:
