@@ -17,7 +17,8 @@ from api.models import (
     TaskStatus, UploadResponse,
 )
 from api.runs import QueryRuns, ServerBusy, SessionBusy
-from api.uploads import ImportQueue, UploadRejected, discard, stage_uploads, upload_body_limit
+from api.uploads import ImportQueue, upload_body_limit
+from graphs.importing import UploadRejected, discard, stage_uploads
 from services.errors import StorageError
 from services.history_store import get_history_store
 from services.settings import get_settings

@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.shared import CORPUS
-from graphs.importing.nodes.entry import doc_identity
-from graphs.importing.runner import ImportResult, iter_import_files, run_import
+from graphs.importing import ImportResult, doc_identity, iter_import_files, run_import
 from graphs.query.graph import build_query_graph
 from graphs.query.runner import initial_state
 from services.embeddings import get_embedder

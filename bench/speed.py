@@ -24,7 +24,7 @@ from bench.common import (
     pyplot, retrieval_path, run_cli, targets_table, write_json,
 )
 from bench.retrieval import load_qa
-from graphs.importing.runner import run_import
+from graphs.importing import run_import
 from services.embeddings import get_embedder
 from services.reranker import get_reranker
 from services.settings import get_settings

@@ -13,7 +13,6 @@ import mimetypes
 import os
 import shutil
 import threading
-from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
@@ -54,11 +53,13 @@ def _image_name(doc_key: str, local_path: Path) -> str:
     return _doc_prefix(doc_key) + "/".join(_segments(Path(local_path).name, "图片文件名"))
 
 
-def _original_name(local_path: Path, day: str | None) -> str:
-    day = day or datetime.now().strftime("%Y%m%d")
-    if not (len(day) == 8 and day.isdigit()):
-        raise MinioError(f"日期格式应为 YYYYMMDD：{day!r}")
-    return f"{ORIGINALS_PREFIX}/{day}/" + "/".join(_segments(Path(local_path).name, "文件名"))
+def _originals_prefix(doc_key: str) -> str:
+    return ORIGINALS_PREFIX + _doc_prefix(doc_key)[len(IMAGES_PREFIX):]
+
+
+def _original_name(local_path: Path, doc_key: str) -> str:
+    # one folder per document: two uploads named `faq.md` never overwrite each other
+    return _originals_prefix(doc_key) + "/".join(_segments(Path(local_path).name, "文件名"))
 
 
 def _content_type(name: str) -> str:
@@ -84,12 +85,23 @@ class ObjectStore:
         self._put(name, path)
         return self.object_url(name)
 
-    def upload_original(self, local_path: Path, day: str | None = None) -> str:
-        """Store an uploaded original privately as pdf_files/YYYYMMDD/{name}; return the object name."""
+    def upload_original(self, local_path: Path, doc_key: str) -> str:
+        """Store a document's original privately as pdf_files/{doc_key}/{name}; return the object name.
+        Earlier originals of the document go first: a renamed file must not leave its old copy."""
         path = _require_file(local_path)
-        name = _original_name(path, day)
+        name = _original_name(path, doc_key)
+        self._delete_prefix(_originals_prefix(doc_key))
         self._put(name, path)
         return name
+
+    def open_original(self, object_name: str) -> bytes:
+        if not object_name.startswith(f"{ORIGINALS_PREFIX}/"):
+            raise MinioError(f"不是原件的对象名：{object_name!r}")
+        return self._get("/".join(_segments(object_name, "对象名")))
+
+    def delete_document(self, doc_key: str) -> int:
+        """Remove a document's images and original; return how many objects went."""
+        return self._delete_prefix(_doc_prefix(doc_key)) + self._delete_prefix(_originals_prefix(doc_key))
 
     def clear_images(self, doc_key: str) -> int:
         """Remove every image of one document (before re-upload, so stale images never mix); return the count."""

@@ -324,16 +324,18 @@ def test_renamed_product_keeps_a_name_another_document_still_uses(fresh_data, tm
 
 def test_uploaded_markdown_cannot_publish_files_outside_its_folder(env, tmp_path):
     """A crafted `../` image link in an upload must not copy a server file into the public store."""
-    from graphs.importing.runner import run_import
+    import io
+
+    from graphs.importing import run_import, stage_uploads
 
     settings = env(DATA_DIR=str(tmp_path / "data"))
     secret = tmp_path / "data" / "secret.png"
     secret.parent.mkdir(parents=True, exist_ok=True)
     secret.write_bytes(b"\x89PNG\r\n\x1a\n not for the public")
-    upload = settings.data_dir / "uploads" / "20261130" / "task1" / "manual.md"
-    upload.parent.mkdir(parents=True)
-    upload.write_text("# 产品 X100\n\n说明文字足够长，用来导入。\n\n![图](../../../secret.png)\n", encoding="utf-8")
-    result = run_import(upload, doc_key="upload:manual.md:abc")
+    text = "# 产品 X100\n\n说明文字足够长，用来导入。\n\n![图](../../../secret.png)\n"
+    staged = stage_uploads([("manual.md", io.BytesIO(text.encode("utf-8")))], settings)[0]
+    assert staged.path.parent.parent.parent == settings.data_dir / "uploads"  # the link reaches data/
+    result = run_import(staged.path, staged=staged)
     assert result.status == "completed", result.error
     assert result.images_uploaded == 0
     assert result.missing_images == ["../../../secret.png"]

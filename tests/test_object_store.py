@@ -79,6 +79,7 @@ def harness(request, tmp_path):
 
 
 def _file(folder: Path, name: str, data: bytes) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     path.write_bytes(data)
     return path
@@ -125,11 +126,24 @@ def test_backslash_in_file_name_becomes_slash(harness, tmp_path):
 
 def test_original_is_private(harness, tmp_path):
     store = harness.store
-    name = store.upload_original(_file(tmp_path, "手册 A.pdf", b"%PDF-1.7 test"), day="20240102")
-    assert name == "pdf_files/20240102/手册 A.pdf"
-    assert store.open_image(name) == b"%PDF-1.7 test"
+    name = store.upload_original(_file(tmp_path, "手册 A.pdf", b"%PDF-1.7 test"), "doc-a")
+    assert name == "pdf_files/doc-a/手册 A.pdf"
+    assert store.open_original(name) == b"%PDF-1.7 test"
     assert harness.get(store.object_url(name)).status_code == harness.denied_status
-    assert store.upload_original(_file(tmp_path, "b.pdf", b"x")).startswith(f"pdf_files/{time.strftime('%Y%m%d')}/")
+
+
+def test_same_named_originals_of_two_documents_both_stay(harness, tmp_path):
+    store = harness.store
+    first = store.upload_original(_file(tmp_path / "1", "faq.md", b"# one"), "faq-1111")
+    second = store.upload_original(_file(tmp_path / "2", "faq.md", b"# two"), "faq-2222")
+    assert first != second
+    assert (store.open_original(first), store.open_original(second)) == (b"# one", b"# two")
+    # deleting one document takes its objects only
+    store.upload_image("faq-1111", _file(tmp_path, "a.png", PNG_A))
+    assert store.delete_document("faq-1111") == 2
+    assert store.open_original(second) == b"# two"
+    with pytest.raises(MinioError):
+        store.open_original(first)
 
 
 @pytest.mark.parametrize("doc_key", ["", "..", "../x", "/etc", "a/b", "a\\..\\b", "a\x00b", "C:\\x"])
@@ -145,9 +159,11 @@ def test_file_names_and_object_names_cannot_escape(harness, tmp_path):
     with pytest.raises(MinioError):
         store.upload_image("doc", _file(tmp_path, "..\\..\\evil.png", PNG_A))
     with pytest.raises(MinioError):
-        store.upload_original(_file(tmp_path, "..\\x.pdf", b"x"))
+        store.upload_original(_file(tmp_path, "..\\x.pdf", b"x"), "doc")
     with pytest.raises(MinioError):
-        store.upload_original(_file(tmp_path, "ok.pdf", b"x"), day="../2024")
+        store.upload_original(_file(tmp_path, "ok.pdf", b"x"), "../2024")
+    with pytest.raises(MinioError):
+        store.open_original("upload-images/doc/a.png")
     with pytest.raises(MinioError):
         store.open_image("upload-images/../../secret")
     with pytest.raises(MinioError):

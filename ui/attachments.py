@@ -8,13 +8,11 @@ from pathlib import Path
 
 import chainlit as cl
 
-from api.uploads import UploadRejected
-from graphs.importing.runner import run_import
+from graphs.importing import StagedFile, UploadRejected, run_import, stage_uploads
 from services.errors import ImportProcessError
 from services.settings import get_settings
 from ui.chat import answer
 from ui.format import ImportProgress
-from ui.uploads import StagedUpload, stage_attachment
 
 log = logging.getLogger("ui.attachments")
 
@@ -27,17 +25,22 @@ def attached_files(message: cl.Message) -> list:
     return [e for e in message.elements or [] if getattr(e, "path", None)]
 
 
-def remember(staged: StagedUpload) -> str:
+def stage_attachment(src: Path, name: str) -> StagedFile:
+    """Keep a chat attachment the way the HTTP API keeps uploads (UploadRejected when it cannot be)."""
+    with open(src, "rb") as stream:
+        return stage_uploads([(name, stream)], get_settings())[0]
+
+
+def remember(staged: StagedFile) -> str:
     """Keep the staged file in this session; the button carries only an opaque id, never a path."""
     uploads = cl.user_session.get("uploads") or {}
     upload_id = uuid.uuid4().hex
-    uploads[upload_id] = {"name": staged.name, "path": str(staged.path), "task_id": staged.task_id,
-                          "doc_key": staged.doc_key}
+    uploads[upload_id] = staged.as_dict()
     cl.user_session.set("uploads", uploads)
     return upload_id
 
 
-async def run_with_progress(staged: StagedUpload, task_id: str, product: str | None,
+async def run_with_progress(staged: StagedFile, task_id: str, product: str | None,
                             progress: ImportProgress, message: cl.Message):
     """run_import in a worker thread; its events come back to this loop and update the message."""
     loop = asyncio.get_running_loop()
@@ -47,8 +50,7 @@ async def run_with_progress(staged: StagedUpload, task_id: str, product: str | N
         loop.call_soon_threadsafe(events.put_nowait, event)
 
     job = asyncio.ensure_future(asyncio.to_thread(
-        run_import, staged.path, product=product, doc_key=staged.doc_key, task_id=task_id,
-        on_event=on_event))
+        run_import, staged.path, product=product, staged=staged, task_id=task_id, on_event=on_event))
     job.add_done_callback(lambda _: events.put_nowait(None))  # after every event the thread sent
     while (event := await events.get()) is not None:
         if event["type"] in ("node_start", "node_end", "node_error"):  # one update per node, not per picture
@@ -58,7 +60,7 @@ async def run_with_progress(staged: StagedUpload, task_id: str, product: str | N
     return job.result()
 
 
-async def import_file(name: str, src: Path | None = None, *, staged: StagedUpload | None = None,
+async def import_file(name: str, src: Path | None = None, *, staged: StagedFile | None = None,
                       product: str | None = None) -> None:
     """Import one uploaded file, keeping its progress message up to date."""
     progress = ImportProgress(name)
@@ -66,7 +68,7 @@ async def import_file(name: str, src: Path | None = None, *, staged: StagedUploa
     await message.send()
     try:
         if staged is None:
-            staged = await asyncio.to_thread(stage_attachment, src, name, get_settings())
+            staged = await asyncio.to_thread(stage_attachment, src, name)
             task_id = staged.task_id
         else:  # importing the same file again (another product name): a task of its own
             task_id = uuid.uuid4().hex
@@ -106,11 +108,10 @@ async def rename_product(action: cl.Action) -> None:
     if not isinstance(info, dict):
         await cl.Message(content="找不到这次上传的文件（会话可能已过期），请重新上传说明书。").send()
         return
-    reply = await cl.AskUserMessage(content=f"请输入《{info['name']}》的正确商品名：", timeout=RENAME_TIMEOUT_S).send()
+    reply = await cl.AskUserMessage(content=f"请输入《{info['display_name']}》的正确商品名：", timeout=RENAME_TIMEOUT_S).send()
     product = " ".join(str((reply or {}).get("output") or "").split())
     if not product:
         await cl.Message(content="没有收到新的商品名，保持原样。").send()
         return
     await action.remove()
-    staged = StagedUpload(name=info["name"], path=Path(info["path"]), task_id=info["task_id"], doc_key=info["doc_key"])
-    await import_file(info["name"], staged=staged, product=product)
+    await import_file(info["display_name"], staged=StagedFile.from_dict(info), product=product)

@@ -1,1 +1,15 @@
-"""Import graph: a manual file becomes chunks in Milvus."""
+"""Import graph: a manual file becomes chunks in Milvus, with a record in the document registry.
+
+The public front door: the CLI, the chat, the HTTP API and the benchmarks import through these names
+and never reach into node modules.
+"""
+from graphs.importing.files import (
+    MAX_FILES, SUPPORTED, StagedFile, UploadRejected, discard, doc_identity, iter_import_files, safe_filename,
+    stage_uploads, validate_file,
+)
+from graphs.importing.runner import ImportResult, run_import
+
+__all__ = [
+    "MAX_FILES", "SUPPORTED", "ImportResult", "StagedFile", "UploadRejected", "discard", "doc_identity",
+    "iter_import_files", "run_import", "safe_filename", "stage_uploads", "validate_file",
+]

@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from graphs.importing.runner import iter_import_files, run_import
+from graphs.importing import iter_import_files, run_import
 
 
 def main(argv: list[str] | None = None) -> int:

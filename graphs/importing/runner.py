@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from graphs.importing.files import StagedFile
 from graphs.importing.graph import build_import_graph
 from services.errors import ImportProcessError
 from services.object_store import get_object_store
@@ -18,9 +19,6 @@ from services.task_store import get_task_store
 from services.vector_store import eq_filter, get_vector_store
 
 log = logging.getLogger("import.runner")
-
-IMPORTABLE = {".pdf", ".md", ".markdown"}
-
 
 @dataclass
 class ImportResult:
@@ -44,18 +42,6 @@ class ImportResult:
         return asdict(self)
 
 
-def iter_import_files(paths: list[str | Path]) -> list[Path]:
-    """Files and folders (recursively) -> the `.pdf` / `.md` files, in a stable order."""
-    found: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            found.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMPORTABLE))
-        else:
-            found.append(p)
-    return found
-
-
 def discard_new_images(result: ImportResult) -> None:
     """After a failure: the pictures of a document with no stored version go (nothing refers to
     them); an earlier good version keeps its pictures.  The vector store rolls its own writes back."""
@@ -66,18 +52,24 @@ def discard_new_images(result: ImportResult) -> None:
         log.warning("clean-up after the failed import of %s failed: %s", result.file, exc)
 
 
-def run_import(path: str | Path, *, product: str | None = None, doc_key: str | None = None,
-               task_id: str | None = None, on_event: Callable[[dict], None] | None = None) -> ImportResult:
+def run_import(path: str | Path, *, product: str | None = None, staged: StagedFile | None = None,
+               task_id: str | None = None, on_event: Callable[[dict], None] | None = None,
+               product_source: str = "user", product_evidence: str = "", set_id: str = "",
+               updated_by: str = "") -> ImportResult:
+    """Import one file. `product` (given by a person, or by set recognition with
+    product_source="set") overrides recognition; `staged` is an upload received by stage_uploads."""
     task_id = task_id or uuid.uuid4().hex
     tasks = get_task_store()
     if tasks.get(task_id) is None:
-        tasks.create(task_id, Path(path).name, product=product)
+        tasks.create(task_id, staged.name if staged else Path(path).name, product=product)
     tasks.start(task_id)
-    state = {"task_id": task_id, "import_file_path": str(path)}
+    state = {"task_id": task_id, "import_file_path": str(path), "set_id": set_id, "updated_by": updated_by,
+             "source": "path"}
     if product:
-        state["product"] = product
-    if doc_key:
-        state["doc_key"] = doc_key
+        state.update(product=product, item_name_source=product_source, product_evidence=product_evidence)
+    if staged is not None:
+        state.update(staged=True, doc_key=staged.doc_key, file_name=staged.display_name, source="upload",
+                     content_hash=staged.content_hash, original_key=staged.original_key)
     started = time.perf_counter()
     result = ImportResult(task_id=task_id, file=str(path), status="failed")
     final: dict = {}

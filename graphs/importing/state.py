@@ -23,7 +23,16 @@ class ImportGraphState(TypedDict, total=False):
     caption_mode: str          # "vision-model" | "offline"
     chunks: list[dict]         # {title, parent_title, part, content, item_name, dense, sparse}
     item_name: str
-    item_name_source: str      # "user" | "llm" | "offline"
+    item_name_source: str      # "user" | "set" | "llm" | "offline"
     chunk_ids: list[str]
     pages: int
+    # registry: what the document record says about where the file came from
+    staged: bool               # an upload checked and stored when it was received
+    file_name: str             # the name shown to people (an upload keeps the user's name)
+    source: str                # "path" | "upload"
+    content_hash: str
+    original_key: str          # the original in the object store (uploads: stored on receipt)
+    set_id: str                # documents recognised together (a folder import, a multi-file upload)
+    product_evidence: str      # why this product (set recognition), shown in the catalogue
+    updated_by: str
     node_log: NodeLog

@@ -1,32 +1,76 @@
-"""node_import_milvus: replace the document in `kb_chunks` and `kb_item_names` (idempotent).
+"""node_import_milvus: replace the document in `kb_chunks` and `kb_item_names`, and its registry record.
 
 The store writes the new version before it removes the old one and rolls back a failed write, so a
-crash leaves the previous version (or, if the process dies in between, both, which a re-run cleans).
+crash leaves the previous version (or, if the process dies in between, both, which a re-run or the
+start-up repair cleans). The record is parked as pending before the write and committed after it.
 """
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 from graphs.base import emit, graph_node
+from services.documents import get_document_registry
 from services.embeddings import get_embedder
 from services.errors import MilvusError
+from services.object_store import get_object_store
 from services.settings import get_settings
 from services.vector_store import get_vector_store
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1024 * 1024):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def record_version(state: dict, original_key: str, chunks: int, embedder: str) -> dict:
+    """The registry fields of this version of the document."""
+    path = Path(state["import_file_path"])
+    images = state.get("images") or []
+    return {
+        "doc_key": state["doc_key"], "file_name": state.get("file_name") or path.name,
+        "source": state.get("source") or "path",
+        "source_path": "" if state.get("staged") else str(path.resolve()),
+        "content_hash": state.get("content_hash") or file_sha256(path),
+        "product": state["item_name"], "product_source": state.get("item_name_source", ""),
+        "product_evidence": state.get("product_evidence", ""), "pages": int(state.get("pages") or 0),
+        "chunks": chunks, "images_resolved": sum(1 for i in images if i["status"] == "uploaded"),
+        "images_missing": sum(1 for i in images if i["status"] == "missing"), "bytes": path.stat().st_size,
+        "embedder": embedder, "original_key": original_key, "set_id": state.get("set_id", ""),
+        "updated_by": state.get("updated_by", ""),
+    }
 
 
 @graph_node("import", "node_import_milvus", "写入向量库", MilvusError)
 def node_import_milvus(state: dict) -> dict:
     settings = get_settings()
     store = get_vector_store(settings)
+    registry = get_document_registry(settings)
+    embedder = get_embedder(settings)
     name = state["item_name"]
     rows = [
         {**c, "file_title": state["file_title"], "doc_id": state["doc_id"], "part": int(c.get("part") or 1)}
         for c in state["chunks"]
     ]
     # Embedded before anything is written: a failure here leaves the store untouched.
-    item = {"file_title": state["file_title"], "item_name": name, **get_embedder(settings).embed([name])[0]}
+    item = {"file_title": state["file_title"], "item_name": name, **embedder.embed([name])[0]}
+    original = state.get("original_key") or get_object_store(settings).upload_original(
+        Path(state["import_file_path"]), state["doc_key"])
+    version = record_version(state, original, len(rows), f"{embedder.name}/{embedder.dim}")
 
     def progress(text: str) -> None:
         emit({"type": "node_progress", "node": "node_import_milvus", "text": text})
 
-    ids = store.replace_document(state["doc_id"], rows, item, progress=progress)
+    registry.begin(state["doc_id"], version)
+    try:
+        ids = store.replace_document(state["doc_id"], rows, item, progress=progress)
+    except Exception:
+        registry.abort(state["doc_id"])
+        raise
+    registry.commit(state["doc_id"], {"chunk_ids": ids})
     chunks = [{**c, "chunk_id": i} for c, i in zip(state["chunks"], ids)]
-    return {"chunks": chunks, "chunk_ids": ids, "_summary": f"写入 {len(ids)} 个切片，商品名“{name}”"}
+    return {"chunks": chunks, "chunk_ids": ids, "original_key": original,
+            "_summary": f"写入 {len(ids)} 个切片，商品名“{name}”"}

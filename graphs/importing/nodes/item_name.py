@@ -112,7 +112,7 @@ def node_item_name_recognition(state: dict) -> dict:
     chunks = state["chunks"]
     given = one_line(state.get("product") or "")
     if given:
-        name, source = given, "user"
+        name, source = given, state.get("item_name_source") or "user"
     else:
         name, source = llm_item_name(chunks, state["file_title"]), "llm"
         if not name:
@@ -120,5 +120,5 @@ def node_item_name_recognition(state: dict) -> dict:
                                            Path(state["import_file_path"])), "offline"
     for chunk in chunks:
         chunk["item_name"] = name
-    how = {"user": "用户指定", "llm": "大模型识别", "offline": "离线规则识别"}[source]
+    how = {"user": "用户指定", "set": "按整组文档识别", "llm": "大模型识别", "offline": "离线规则识别"}[source]
     return {"chunks": chunks, "item_name": name, "item_name_source": source, "_summary": f"{name}（{how}）"}

@@ -1,0 +1,118 @@
+"""The document registry (collection `kb_document`): one record per imported document.
+
+Lives in the same database as the chat history (MongoDB, or the embedded montydb default). A record
+follows its chunks through a two-step write: `begin` parks the new version under `pending` before the
+chunks are written, `commit` makes it the record once they are, `abort` drops it when they are not. A
+process that dies in between leaves a `pending` entry, which the start-up repair resolves.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from services.errors import StorageError
+from services.history_store import DocumentDatabase, get_database, now_ts
+from services.settings import Settings
+
+DOCUMENT_COLLECTION = "kb_document"
+IMPORTING, READY, DAMAGED = "importing", "ready", "damaged"
+# What a version of a document says about itself (set by `begin`, made current by `commit`).
+VERSION_FIELDS = ("doc_key", "file_name", "source", "source_path", "content_hash", "product", "product_source",
+                  "product_evidence", "pages", "chunks", "chunk_ids", "images_resolved", "images_missing",
+                  "bytes", "embedder", "original_key", "set_id", "updated_by")
+LIST_FIELDS = {"_id": 0, "chunk_ids": 0, "pending": 0}
+
+
+def _public(doc: dict | None) -> dict | None:
+    if doc is None:
+        return None
+    return {k: v for k, v in doc.items() if k != "_id"}
+
+
+class DocumentRegistry:
+    def __init__(self, db: DocumentDatabase):
+        self.db = db
+
+    def _docs(self, action: str):
+        return self.db.collection(DOCUMENT_COLLECTION, action, indexes=[[("doc_id", 1)], [("product", 1)]])
+
+    def begin(self, doc_id: str, version: dict) -> None:
+        """Park a new version of the document; a first version makes an `importing` record."""
+        fields = {k: version.get(k) for k in VERSION_FIELDS if k in version}
+        now = now_ts()
+        with self._docs("登记文档") as docs:
+            if docs.find_one({"doc_id": doc_id}, {"_id": 1}) is None:
+                docs.insert_one({"doc_id": doc_id, "status": IMPORTING, "created": now, "updated": now,
+                                 "pending": {**fields, "started": now}})
+            else:
+                docs.update_one({"doc_id": doc_id}, {"$set": {"pending": {**fields, "started": now}, "updated": now}})
+
+    def commit(self, doc_id: str, final: dict) -> dict:
+        """The chunks are written: the pending version, completed by `final`, becomes the record."""
+        with self._docs("登记文档") as docs:
+            doc = docs.find_one({"doc_id": doc_id})
+            if doc is None:
+                raise StorageError(f"登记文档失败：没有文档 {doc_id} 的待定记录")
+            fields = {**(doc.get("pending") or {}), **{k: v for k, v in final.items() if k in VERSION_FIELDS}}
+            fields.pop("started", None)
+            now = now_ts()
+            update = {"$set": {**fields, "status": READY, "imported_at": now, "updated": now, "error": ""},
+                      "$unset": {"pending": ""}}
+            docs.update_one({"doc_id": doc_id}, update)
+            return _public(docs.find_one({"doc_id": doc_id}, {"_id": 0, "chunk_ids": 0}))
+
+    def abort(self, doc_id: str) -> None:
+        """The chunks were not written: an earlier version stays as it was, a first version goes."""
+        with self._docs("撤销文档登记") as docs:
+            docs.delete_one({"doc_id": doc_id, "status": IMPORTING})
+            docs.update_one({"doc_id": doc_id}, {"$unset": {"pending": ""}})
+
+    def get(self, doc_id: str, *, with_chunk_ids: bool = False) -> dict | None:
+        projection = {"_id": 0} if with_chunk_ids else {"_id": 0, "chunk_ids": 0}
+        with self._docs("读取文档记录") as docs:
+            return docs.find_one({"doc_id": doc_id}, projection)
+
+    def list(self, product: str | None = None, *, with_chunk_ids: bool = False) -> list[dict]:
+        """Records (pending ones included, with their status), by product then file name."""
+        query = {"product": product} if product is not None else {}
+        projection = {"_id": 0, "pending": 0} if with_chunk_ids else LIST_FIELDS
+        with self._docs("读取文档列表") as docs:
+            rows = list(docs.find(query, projection))
+        return sorted(rows, key=lambda r: (r.get("product") or "", r.get("file_name") or "", r["doc_id"]))
+
+    def pending(self) -> list[dict]:
+        with self._docs("读取待定文档") as docs:
+            return [_public(d) for d in docs.find({"pending": {"$exists": True}})]
+
+    def update(self, doc_id: str, **fields) -> None:
+        unknown = set(fields) - set(VERSION_FIELDS) - {"status", "error"}
+        if unknown:
+            raise StorageError(f"更新文档记录失败：不支持的字段 {', '.join(sorted(unknown))}")
+        with self._docs("更新文档记录") as docs:
+            docs.update_one({"doc_id": doc_id}, {"$set": {**fields, "updated": now_ts()}})
+
+    def delete(self, doc_id: str) -> bool:
+        with self._docs("删除文档记录") as docs:
+            return docs.delete_one({"doc_id": doc_id}).deleted_count == 1
+
+    def products(self) -> list[dict]:
+        """{product, documents, chunks} for every product that has a ready document."""
+        out: dict[str, dict] = {}
+        for r in self.list():
+            if r.get("status") != READY or not r.get("product"):
+                continue
+            entry = out.setdefault(r["product"], {"product": r["product"], "documents": 0, "chunks": 0})
+            entry["documents"] += 1
+            entry["chunks"] += int(r.get("chunks") or 0)
+        return sorted(out.values(), key=lambda e: e["product"])
+
+    def ping(self) -> bool:
+        return self.db.ping()
+
+
+def get_document_registry(settings: Settings | None = None) -> DocumentRegistry:
+    return _registry_for(get_database(settings))
+
+
+@lru_cache(maxsize=None)
+def _registry_for(db: DocumentDatabase) -> DocumentRegistry:
+    return DocumentRegistry(db)
