@@ -7,9 +7,9 @@ from graphs.importing.files import (
     MAX_FILES, SUPPORTED, StagedFile, UploadRejected, discard, doc_identity, iter_import_files, safe_filename,
     stage_uploads, validate_file,
 )
-from graphs.importing.runner import ImportResult, run_import
+from graphs.importing.runner import ImportResult, import_set, run_import
 
 __all__ = [
     "MAX_FILES", "SUPPORTED", "ImportResult", "StagedFile", "UploadRejected", "discard", "doc_identity",
-    "iter_import_files", "run_import", "safe_filename", "stage_uploads", "validate_file",
+    "import_set", "iter_import_files", "run_import", "safe_filename", "stage_uploads", "validate_file",
 ]

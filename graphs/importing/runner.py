@@ -13,6 +13,7 @@ from typing import Callable
 
 from graphs.importing.files import StagedFile
 from graphs.importing.graph import build_import_graph
+from graphs.importing.recognition import plan_set
 from services.errors import ImportProcessError
 from services.object_store import get_object_store
 from services.task_store import get_task_store
@@ -37,6 +38,8 @@ class ImportResult:
     failed_node: str = ""
     doc_id: str = ""                 # the document's stable identity in the vector store
     doc_key: str = ""                # its folder in the object store and under DATA_DIR/work
+    product_how: str = ""            # how the product was decided: named | folder | set | weak | file | user
+    product_evidence: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -99,6 +102,7 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     result.seconds = round(time.perf_counter() - started, 3)
     images = final.get("images") or []
     result.item_name = final.get("item_name", "")
+    result.product_evidence = final.get("product_evidence", product_evidence)
     result.doc_id, result.doc_key = final.get("doc_id", ""), final.get("doc_key", "")
     result.pages = int(final.get("pages") or 0)
     result.images_uploaded = sum(1 for i in images if i["status"] == "uploaded")
@@ -116,3 +120,29 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     tasks.complete(task_id, {k: v for k, v in result.to_dict().items() if k not in ("node_seconds",)})
     forward({"type": "import_done", "result": result.to_dict()})
     return result
+
+
+def import_set(paths: list[Path], *, root: Path | None = None, product: str | None = None,
+               staged: list[StagedFile] | None = None, products: dict[str, str] | None = None,
+               on_event: Callable[[dict], None] | None = None, updated_by: str = "") -> list[ImportResult]:
+    """Import files that arrived together, their products recognised across the set first.
+    `product` names one product for all; `products` one per file (by path or file name)."""
+    plan = plan_set(paths, root) if not product else []
+    by_path = {str(p.path): p for p in plan}
+    set_id = uuid.uuid4().hex
+    results = []
+    for i, path in enumerate(paths):
+        given = product or (products or {}).get(str(path)) or (products or {}).get(path.name)
+        planned = by_path.get(str(path))
+        if given:
+            name, source, how, evidence = given, "user", "user", "由用户指定"
+        elif planned and planned.product:
+            name, source, how, evidence = planned.product, "set", planned.how, planned.evidence
+        else:
+            name, source, how, evidence = None, "user", "file", planned.evidence if planned else ""
+        result = run_import(path, product=name, product_source=source, product_evidence=evidence,
+                            staged=staged[i] if staged else None, task_id=staged[i].task_id if staged else None,
+                            on_event=on_event, set_id=set_id, updated_by=updated_by)
+        result.product_how = how
+        results.append(result)
+    return results

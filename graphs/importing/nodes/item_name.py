@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from graphs.base import graph_node
+from graphs.importing.recognition import SetRecogniser, is_valid_name, read_page
 from services.chat_model import get_chat_model, invoke_text
 from services.prompts import load_prompt
 
@@ -111,14 +112,25 @@ def llm_item_name(chunks: list[dict], file_title: str) -> str:
 def node_item_name_recognition(state: dict) -> dict:
     chunks = state["chunks"]
     given = one_line(state.get("product") or "")
+    evidence = state.get("product_evidence", "")
     if given:
         name, source = given, state.get("item_name_source") or "user"
     else:
+        text = state.get("md_content", "")
+        page = read_page(state["import_file_path"], text)
+        stems = {state["file_title"], Path(state["import_file_path"]).stem}
+        # the model proposes; a name the document does not use (or a stem, a heading) is refused
         name, source = llm_item_name(chunks, state["file_title"]), "llm"
-        if not name:
-            name, source = offline_item_name(state.get("md_content", ""), chunks, state["file_title"],
-                                           Path(state["import_file_path"])), "offline"
+        if not is_valid_name(name, [page], stems):
+            name, source = offline_item_name(text, chunks, state["file_title"], Path(state["import_file_path"])), "offline"
+        if not is_valid_name(name, [page], stems):
+            named = SetRecogniser([page]).assign().get(page.key)
+            if named and named.product:
+                name, evidence = named.product, named.evidence
+            else:
+                evidence = "未能从文档中确定产品名，请确认或修改"
     for chunk in chunks:
         chunk["item_name"] = name
     how = {"user": "用户指定", "set": "按整组文档识别", "llm": "大模型识别", "offline": "离线规则识别"}[source]
-    return {"chunks": chunks, "item_name": name, "item_name_source": source, "_summary": f"{name}（{how}）"}
+    return {"chunks": chunks, "item_name": name, "item_name_source": source, "product_evidence": evidence,
+            "_summary": f"{name}（{how}）" + (f"：{evidence}" if evidence else "")}

@@ -1,0 +1,410 @@
+"""Which product each document of a set is about, from what the documents themselves say.
+
+A set is what arrives together: a folder import or a multi-file upload (a single file is a set of
+one). A product name is a name the documents use: a model written in titles and body text, backed by
+a folder named after it, a brand written before it, or a product noun after it ("Jupiter 主板",
+"Milk-V Mars 是一款…"). Section headings, file stems, generic nouns and hashes never qualify. A page
+that names no product inherits from its folder siblings; what stays unclear is said, not invented.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# A product noun right after a model says the model is a product; a technical noun says it is not.
+PRODUCT_NOUNS = ("主板", "开发板", "板卡", "单板计算机", "单板机", "核心板", "计算模块", "模组", "模块", "小主机",
+                 "主机", "路由器", "设备", "产品", "系列", "是一款", "是一个", "电脑", "控制器", "万用表", "电磁炉",
+                 "打印机", "汽车", "轿车", "手机", "平板", "底板", "盒子", "套件")
+TECH_NOUNS = ("芯片", "处理器", "系统", "镜像", "接口", "引脚", "命令", "协议", "驱动", "工具", "软件", "文件",
+              "版本", "内核", "源码", "仓库", "脚本", "服务", "容器", "编译", "环境", "串口", "网络", "协处理器")
+# Names of interfaces, systems and tools that manuals mention everywhere: never a product of the set.
+TECH_TERMS = {
+    "usb", "hdmi", "gpio", "uart", "i2c", "spi", "pwm", "adc", "sd", "tf", "emmc", "nvme", "ssd", "pcie", "sata",
+    "mipi", "csi", "dsi", "dc", "ac", "led", "lcd", "wifi", "wi-fi", "bt", "ble", "poe", "rj45", "type-c", "typec",
+    "linux", "debian", "ubuntu", "android", "windows", "macos", "docker", "gcc", "git", "ssh", "ftp", "http",
+    "https", "url", "api", "sdk", "os", "cpu", "gpu", "npu", "ram", "rom", "ddr", "lpddr4", "dram", "flash",
+    "u-boot", "uboot", "bios", "spl", "jtag", "risc-v", "arm", "x86", "ip", "tcp", "udp", "dns", "dhcp", "vpn",
+    "nas", "ota", "pc", "faq", "readme", "the", "and", "for", "with", "this", "note", "tip", "warning", "info",
+    "danger", "caution", "image", "images", "step", "version", "v", "id", "sn", "mac", "pin", "vcc", "gnd",
+    "tx", "rx", "ok", "yes", "no", "on", "off", "ethernet", "bluetooth", "buildroot", "bootloader", "kernel",
+    "eeprom", "rtc", "ir", "mcu", "soc", "cm", "lite", "pro", "max", "plus", "mini", "mm", "mb", "gb", "kb",
+}
+HEX_HASH = re.compile(r"^[0-9a-f]{12,}$", re.IGNORECASE)
+VARIANT = re.compile(r"^(?:[A-Z]{1,4}|[A-Za-z]*\d[A-Za-z0-9.]*|Pro|Max|Plus|Lite|Mini|Ultra|SE|Air)$")
+TOKEN = r"[A-Za-z0-9][A-Za-z0-9]*(?:[-.+][A-Za-z0-9]+)*"
+PHRASE = re.compile(rf"(?<![A-Za-z0-9_\-./]){TOKEN}(?: {TOKEN}){{0,4}}(?![A-Za-z0-9_\-])")
+FRONT_MATTER = re.compile(r"\A\ufeff?---\s*\n(.*?)\n---\s*\n", re.DOTALL)
+ATX = re.compile(r"^ {0,3}(#{1,6})\s+(.+?)\s*#*\s*$", re.MULTILINE)
+SETEXT = re.compile(r"^(?P<title>[^\n#>\-=*|][^\n]*)\n(?P<rule>=+|-+)[ \t]*$", re.MULTILINE)
+NOISE = re.compile(r"```.*?```|~~~.*?~~~|`[^`\n]*`|!\[[^\]]*\]\([^)]*\)|\]\([^)]*\)|<[^>]+>|https?://\S+", re.DOTALL)
+MAX_NAME_CHARS = 100
+
+
+@dataclass
+class Page:
+    """One document of the set, reduced to what recognition reads."""
+    key: str                        # how the caller names it (a path)
+    folders: tuple[str, ...]        # folders inside the set, outermost first (empty: no folder information)
+    titles: list[str]               # front matter title / sidebar_label, level-1 and setext headings
+    text: str                       # the body without code, links' targets, images and tags
+
+
+@dataclass
+class Recognised:
+    product: str                    # "" when nothing in the set names one
+    how: str                        # "named" | "folder" | "set" | "weak" | "none"
+    evidence: str                   # said to the person, in Chinese
+
+
+@dataclass
+class _Candidate:
+    alias: str                      # the model as written without the brand, lower case
+    forms: Counter = field(default_factory=Counter)
+    brands: Counter = field(default_factory=Counter)
+    title_pages: set = field(default_factory=set)
+    pages: Counter = field(default_factory=Counter)
+    product_nouns: int = 0
+    tech_nouns: int = 0
+    folders: set = field(default_factory=set)   # folder paths whose name is this model
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).lower()
+
+
+def _compact(text: str) -> str:
+    return re.sub(r"[\s\-_.]+", "", _fold(text))
+
+
+def read_page(key: str, text: str, folders: tuple[str, ...] = ()) -> Page:
+    """Split a Markdown document into the titles and body that recognition reads."""
+    titles: list[str] = []
+    m = FRONT_MATTER.match(text)
+    if m:
+        for line in m.group(1).splitlines():
+            k, _, v = line.partition(":")
+            if k.strip() in ("title", "sidebar_label") and v.strip():
+                titles.append(v.strip().strip("'\""))
+        text = text[m.end():]
+    titles += [h.group(2) for h in ATX.finditer(text) if len(h.group(1)) == 1]
+    titles += [s.group("title") for s in SETEXT.finditer(text) if s.group("rule").startswith("=")]
+    if not titles:  # no level-1 heading: the document's first heading is its title
+        first = ATX.search(text)
+        if first:
+            titles.append(first.group(2))
+    body = NOISE.sub(" ", text)
+    body = re.sub(r"[*_`#>|]+", " ", body)
+    return Page(key, folders, [re.sub(r"[*_`#]+", " ", t).strip() for t in titles], body)
+
+
+def _is_model_token(tok: str) -> bool:
+    low = tok.lower()
+    if low in TECH_TERMS or HEX_HASH.match(tok) or len(tok) < 2 and not tok.isdigit():
+        return False
+    return bool(re.search(r"[A-Za-z]", tok))
+
+
+def _phrases(text: str):
+    """(start, end, tokens) of every run of Latin words, split at words no product name holds."""
+    for m in PHRASE.finditer(text):
+        toks = m.group(0).split(" ")
+        pos = m.start()
+        run: list[tuple[int, str]] = []
+        for tok in toks + [None]:
+            if tok is not None and (_is_model_token(tok) or run and VARIANT.match(tok)):
+                run.append((pos, tok))
+            elif run:
+                yield run[0][0], run[-1][0] + len(run[-1][1]), [t for _, t in run]
+                run = []
+            if tok is not None:
+                pos += len(tok) + 1
+
+
+def _folder_keys(folders: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Compact forms a folder path gives a model, each with the folder it names: `mars/compute-module`
+    -> mars (mars), computemodule, cm, marscm, marscomputemodule (mars/compute-module)."""
+    keys: dict[str, tuple[str, ...]] = {}
+    parts = [re.split(r"[-_ ]+", f) for f in folders]
+    for i, words in enumerate(parts):
+        whole = "".join(words).lower()
+        initials = "".join(w[:1] for w in words if w).lower() if len(words) > 1 else ""
+        forms = {whole} | ({initials} if initials else set())
+        for prev in parts[:i]:
+            p = "".join(prev).lower()
+            forms |= {p + whole} | ({p + initials} if initials else set())
+        keys.update({k: folders[:i + 1] for k in forms if len(k) >= 2})
+    return keys
+
+
+def _after(text: str, end: int) -> str:
+    return text[end:end + 8].lstrip(" ")
+
+
+class SetRecogniser:
+    """Recognition over one set of pages (see the module docstring)."""
+
+    def __init__(self, pages: list[Page]):
+        self.pages = pages
+        self.candidates: dict[str, _Candidate] = {}
+        self.alias_of: dict[str, str] = {}
+        self._collect()
+        self.products = self._products()
+        self.patterns = self._patterns()
+
+    def _cand(self, alias: str) -> _Candidate:
+        return self.candidates.setdefault(_compact(alias), _Candidate(alias))
+
+    def _collect(self) -> None:
+        for page in self.pages:
+            keys = _folder_keys(page.folders)
+            for source, text in [("title", t) for t in page.titles] + [("body", page.text)]:
+                for start, end, toks in _phrases(text):
+                    # every sub-run that starts at a model word is a candidate model, the word before it
+                    # a possible brand ("Milk-V Mars CM" -> "mars cm" by Milk-V, "mars", "cm"...)
+                    for i in range(len(toks)):
+                        if not re.match(r"[A-Z0-9]", toks[i]) or not _is_model_token(toks[i]):
+                            continue  # product names are written capitalised; "to remove" is prose
+                        for j in range(i + 1, len(toks) + 1):
+                            alias = _fold(" ".join(toks[i:j]))
+                            if j - i == 1 and VARIANT.match(toks[i]) and not re.search(r"\d", toks[i]):
+                                continue  # a lone "CM" or "Pro" is no model
+                            c = self._cand(alias)
+                            c.forms[" ".join(toks[i:j])] += 1
+                            c.pages[page.key] += 1
+                            if i > 0 and re.match(r"[A-Z]", toks[i - 1]):
+                                c.brands[toks[i - 1]] += 1
+                            if source == "title":
+                                c.title_pages.add(page.key)
+                            if j == len(toks):
+                                nxt = _after(text, end)
+                                c.product_nouns += nxt.startswith(PRODUCT_NOUNS)
+                                c.tech_nouns += nxt.startswith(TECH_NOUNS)
+                            if _compact(alias) in keys:
+                                c.folders.add(keys[_compact(alias)])
+
+    def _is_product(self, c: _Candidate) -> bool:
+        if re.fullmatch(r"[\d.]+|v[\d.]+", c.alias) or HEX_HASH.match(c.alias.replace(" ", "")):
+            return False
+        named = bool(c.title_pages) or sum(c.pages.values()) >= 3
+        branded = any(self._is_brand(b) for b in c.brands)
+        return bool(c.folders) or named and (c.product_nouns > c.tech_nouns or branded and bool(c.title_pages))
+
+    def _is_brand(self, token: str) -> bool:
+        """A word written before two or more different models, or before a model that is a product by
+        other evidence, and never a model of its own with a product noun."""
+        low = _fold(token)
+        if low in TECH_TERMS or not re.search(r"[A-Za-z]", token):
+            return False
+        if not re.match(r"[A-Z]", token) or token[:1].isdigit():
+            return False
+        own = self.candidates.get(_compact(token))
+        if own is not None and (own.folders or own.product_nouns > own.tech_nouns
+                                or any(b != token for b in own.brands)):
+            return False  # a model of its own ("Mars" before "CM"), or itself after a brand
+        followers = [c for c in self.candidates.values() if c.brands.get(token) and " " not in c.alias]
+        return len(followers) >= 2 and any(c.title_pages for c in followers) \
+            or any(c.folders or c.product_nouns for c in followers)
+
+    def _products(self) -> dict[str, str]:
+        """compact alias -> display name of every product the set names."""
+        chosen = [c for c in self.candidates.values() if self._is_product(c)]
+        chosen = [c for c in chosen if not self._is_brand(c.forms.most_common(1)[0][0])]
+        compacts = {_compact(c.alias) for c in chosen}
+        kept = []
+        for c in chosen:
+            toks = c.forms.most_common(1)[0][0].split(" ")
+            # "Milk-V Mars" is the brand and the model "Mars": it names that product, not another
+            if len(toks) > 1 and self._is_brand(toks[0]) and _compact(" ".join(toks[1:])) in compacts:
+                continue
+            # a longer run over a shorter model is another product only when its extra words are
+            # variant codes ("Mars CM", "Duo S") and a title or a folder names it
+            shorter = [k for k in range(1, len(toks)) if _compact(" ".join(toks[:k])) in compacts]
+            if shorter and not (all(VARIANT.match(t) for t in toks[shorter[-1]:])
+                                and (c.title_pages or c.folders or len(c.pages) >= 2)):
+                continue
+            kept.append(c)
+        # two names of one folder are one product ("Mars CM" and "Mars Compute Module")
+        by_folder: dict[tuple, _Candidate] = {}
+        for c in sorted(kept, key=lambda c: -sum(c.pages.values())):
+            deepest = max(c.folders, key=len) if c.folders else None
+            if deepest is not None and deepest in by_folder:
+                self.alias_of[_compact(c.alias)] = _compact(by_folder[deepest].alias)
+                continue
+            if deepest is not None:
+                by_folder[deepest] = c
+            self.alias_of[_compact(c.alias)] = _compact(c.alias)
+        names = {_compact(c.alias): self._display(c, kept) for c in kept}
+        return {alias: names[target] for alias, target in self.alias_of.items()}
+
+    def _display(self, c: _Candidate, kept: list[_Candidate]) -> str:
+        # the form a title writes ("Duo S") over the body's shorthand ("DuoS")
+        titled = Counter({f: n for f, n in c.forms.items()
+                          if any(f in t for p in self.pages if p.key in c.title_pages for t in p.titles)})
+        form = (titled or c.forms).most_common(1)[0][0]
+        brands = Counter({b: n for b, n in c.brands.items() if self._is_brand(b)})
+        if not brands:  # a variant takes the brand of the model it extends ("Mars CM" -> Milk-V)
+            for other in kept:
+                if other is not c and _compact(c.alias).startswith(_compact(other.alias)):
+                    brands = Counter({b: n for b, n in other.brands.items() if self._is_brand(b)})
+        brand = brands.most_common(1)[0][0] if brands else ""
+        return f"{brand} {form}"[:MAX_NAME_CHARS] if brand else form[:MAX_NAME_CHARS]
+
+    def _patterns(self) -> list[tuple[re.Pattern, str]]:
+        """A pattern per written form of every product (brand + model, model alone), longest first."""
+        forms: dict[str, str] = {}
+        for key, name in self.products.items():
+            c = self.candidates[key]
+            for form in list(c.forms) + [name]:
+                forms[_fold(form)] = name
+        out = []
+        for form in sorted(forms, key=len, reverse=True):
+            body = r"[\s\-_]*".join(re.escape(t) for t in re.split(r"[\s\-_]+", form) if t)
+            out.append((re.compile(rf"(?<![a-z0-9]){body}(?![a-z0-9])"), forms[form]))
+        return out
+
+    def mentions(self, text: str) -> Counter:
+        """Product -> how often `text` names it (the longest name wins where names overlap)."""
+        counts: Counter = Counter()
+        low = _fold(text)
+        taken: list[tuple[int, int]] = []
+        for pattern, name in self.patterns:
+            for m in pattern.finditer(low):
+                if not any(a < m.end() and m.start() < b for a, b in taken):
+                    taken.append(m.span())
+                    counts[name] += 1
+        return counts
+
+    def folder_product(self, page: Page) -> tuple[str, str] | None:
+        """(product, folder) of the deepest folder on the page's path that is named after a product."""
+        keys = _folder_keys(page.folders)
+        best: tuple[int, str, str] | None = None
+        for key, folder in keys.items():
+            name = self.products.get(key)
+            if name and (best is None or len(folder) > best[0]):
+                best = (len(folder), name, "/".join(folder))
+        return (best[1], best[2]) if best else None
+
+    def assign(self) -> dict[str, Recognised]:
+        """Per page: a product its title names > the product its folder is named after (unless the
+        body is plainly about another) > the product its body names > its folder siblings' > the
+        set's only product > asked."""
+        out: dict[str, Recognised] = {}
+        for page in self.pages:
+            title = self.mentions(" \n ".join(page.titles))
+            body = self.mentions(page.text)
+            folder = self.folder_product(page)
+            top = body.most_common(1)[0] if body else ("", 0)
+            if title:
+                name = max(title, key=lambda n: (title[n], body[n]))
+                # a title may give only the family: the body then names the variant ("Mars" -> "Mars CM")
+                variants = [v for v in body if v != name and _compact(v).startswith(_compact(name))
+                            and body[v] >= 2 and body[v] > body[name]]
+                if variants:
+                    name = max(variants, key=lambda v: body[v])
+                out[page.key] = Recognised(name, "named", f"标题写明“{name}”")
+            elif folder and not (top[1] >= 3 and top[1] > 2 * body[folder[0]] and top[0] != folder[0]):
+                out[page.key] = Recognised(folder[0], "folder", f"所在文件夹 {folder[1]} 即“{folder[0]}”")
+            elif top[1] >= 2 or len(body) == 1:
+                out[page.key] = Recognised(top[0], "named", f"文中提到“{top[0]}” {top[1]} 次")
+        self._inherit(out)
+        return out
+
+    def _inherit(self, out: dict[str, Recognised]) -> None:
+        votes: dict[tuple, Counter] = defaultdict(Counter)
+        for page in self.pages:
+            if page.key in out:
+                for depth in range(1, len(page.folders) + 1):
+                    votes[page.folders[:depth]][out[page.key].product] += 1
+        products = {r.product for r in out.values()}
+        for page in self.pages:
+            if page.key in out:
+                continue
+            for depth in range(len(page.folders), 0, -1):
+                counts = votes.get(page.folders[:depth])
+                if counts:
+                    name = counts.most_common(1)[0][0]
+                    out[page.key] = Recognised(name, "folder", f"本页未写产品名，按同一文件夹（{'/'.join(page.folders[:depth])}）的其他页面归入")
+                    break
+            else:
+                if len(products) == 1:
+                    only = next(iter(products))
+                    out[page.key] = Recognised(only, "set", "本页未写产品名，同一批文档只涉及这一个产品")
+                elif products:  # a provisional product, said to be one: the person is asked
+                    body = self.mentions(page.text)
+                    share = Counter(r.product for r in out.values() if r.how != "weak")
+                    guess = (body or share).most_common(1)[0][0]
+                    out[page.key] = Recognised(guess, "weak", f"本页没有写明是哪个产品，暂归入“{guess}”，请确认")
+
+
+def refine(name: str, own: str) -> str:
+    """A page's own offline name where it is the set's product made more specific by variant codes
+    or a brand ("MF1" -> "Sipeed MF1 V1"), else the set's name."""
+    mine = re.findall(TOKEN, own)
+    model = [_fold(t) for t in re.findall(TOKEN, name)]
+    folded = [_fold(t) for t in mine]
+    if not model or not own or own == name:
+        return name
+    for k in range(len(folded) - len(model) + 1):
+        if folded[k:k + len(model)] == model:
+            extra = mine[:k] + mine[k + len(model):]
+            if extra and all(VARIANT.match(t) or re.match(r"[A-Z]", t) and k > 0 and t in mine[:k] for t in extra):
+                return own[:MAX_NAME_CHARS]
+    return name
+
+
+def is_valid_name(name: str, pages: list[Page], file_stems: set[str] = frozenset()) -> bool:
+    """Whether a proposed name (a person's excepted) is one the documents use: not a file stem, a
+    hash or a generic noun, and its model words written in the documents."""
+    compact = _compact(name)
+    if not compact or compact in {_compact(s) for s in file_stems} or HEX_HASH.match(compact):
+        return False
+    words = [w for w in re.findall(TOKEN, name) if _is_model_token(w)]
+    if not words:
+        return False
+    # a version the file name carries ("m01_mf1_v1_get_started") is the document's word too
+    text = _fold(" ".join([*(t for p in pages for t in p.titles), *(p.text for p in pages),
+                           *(re.sub(r"[_\-]+", " ", s) for s in file_stems)]))
+    return all(_fold(w) in text for w in words)
+
+
+def page_of(path: Path, root: Path | None, text: str) -> Page:
+    folders = tuple(path.resolve().parent.relative_to(root.resolve()).parts) if root else ()
+    return read_page(str(path), text, folders)
+
+
+@dataclass
+class PlannedFile:
+    path: Path
+    product: str       # "" where the set says nothing (the file's own recognition decides)
+    how: str           # as Recognised.how, or "file" (left to the file's own recognition)
+    evidence: str
+
+
+def plan_set(paths: list[Path], root: Path | None = None) -> list[PlannedFile]:
+    """Products of a set of files before any is imported. Markdown pages are read together (`root`
+    gives their folders; None for uploads, which have none); a PDF is a whole manual and is left to
+    its own recognition, as is a set of one."""
+    from graphs.importing.nodes.item_name import offline_item_name
+    from services.text_files import read_text
+
+    pages, own = [], {}
+    for path in paths:
+        if path.suffix.lower() in (".md", ".markdown") and len(paths) > 1:
+            try:
+                text = read_text(path)
+            except Exception:  # the import itself reports an unreadable file
+                continue
+            pages.append(page_of(path, root, text))
+            own[str(path)] = offline_item_name(text, [], path.stem, path)
+    found = SetRecogniser(pages).assign() if pages else {}
+    out = []
+    for path in paths:
+        r = found.get(str(path))
+        if r is None or not r.product:
+            out.append(PlannedFile(path, "", "file" if r is None else r.how, r.evidence if r else ""))
+        else:
+            out.append(PlannedFile(path, refine(r.product, own.get(str(path), "")), r.how, r.evidence))
+    return out
