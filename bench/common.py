@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.shared import CORPUS
-from graphs.importing import ImportResult, doc_identity, iter_import_files, run_import
+from graphs.importing import ImportResult, doc_identity, import_set, iter_import_files, run_import
 from graphs.query.graph import build_query_graph
 from graphs.query.runner import initial_state
 from services.embeddings import get_embedder
@@ -112,14 +112,22 @@ def expand_docs(paths: list[str | Path]) -> list[Path]:
     return files
 
 
-def import_docs(files: list[Path], log=print) -> list[ImportResult]:
-    """Import through the real import graph; any failure stops the benchmark with the reasons."""
+def import_docs(files: list[Path], log=print, roots: list[str | Path] | None = None) -> list[ImportResult]:
+    """Import through the real import graph; any failure stops the benchmark with the reasons.
+    With `roots`, the files under each root folder arrive together, as a folder import does (their
+    products recognised across the set); otherwise each file alone."""
+    groups: list[tuple[Path | None, list[Path]]] = [(None, [f]) for f in files]
+    if roots:
+        folders = [Path(r).resolve() for r in roots]
+        under = {f: next((r for r in folders if r.is_dir() and r in f.resolve().parents), None) for f in files}
+        groups = [(r, [f for f in files if under[f] == r]) for r in folders if r.is_dir()]
+        groups += [(None, [f]) for f in files if under[f] is None]
     results = []
-    for path in files:
-        result = run_import(path)
-        log(f"  导入 {path.name}：{result.status}，产品“{result.item_name}”，{result.chunks} 个切片，"
-            f"{result.seconds:.2f} 秒")
-        results.append(result)
+    for root, group in groups:
+        for result in (import_set(group, root=root) if root else [run_import(group[0])]):
+            log(f"  导入 {Path(result.file).name}：{result.status}，产品“{result.item_name}”，{result.chunks} 个切片，"
+                f"{result.seconds:.2f} 秒")
+            results.append(result)
     failed = [f"{Path(r.file).name}（{r.failed_node or '未知节点'}：{r.error}）" for r in results
               if r.status != "completed"]
     if failed:

@@ -49,6 +49,7 @@ SYSTEMS = {
     "hybrid": "基线4：本系统切片＋加权混合检索0.8/0.2（无精排）",
     "recall": "基线5：本系统切片＋校准后的召回融合（无精排）",
     "pipeline": "完整流程：产品确认＋召回融合＋精排",
+    "given_product": "参考：产品已知时的召回融合＋精排（不计产品判定）",
 }
 # The single retrievers the full pipeline must never fall behind.
 SINGLES = ("dense", "bm25", "hybrid", "recall")
@@ -177,9 +178,9 @@ def build_collections(results, log) -> dict:
     return {"rows": rows, "smart_matches_import": smart_matches_import}
 
 
-def rerank(query: str, docs: list[dict]) -> list[dict]:
+def rerank(query: str, docs: list[dict], item_names: list[str] | None) -> list[dict]:
     """Docs in node_rerank's order (the same function)."""
-    return [d for _, d in rerank_order(query, docs)[0]] if docs else []
+    return [d for _, d in rerank_order(query, docs, item_names)[0]] if docs else []
 
 
 def contents(hits: list[dict]) -> list[str]:
@@ -195,7 +196,8 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
     kept = state.get("reranked_docs") or []
     # node_rerank keeps only the prefix above the cliff; its full order is recomputed the same way.
     ordered = rerank(state.get("rewritten_query") or q.question,
-                     merge_sources(state.get("rrf_chunks") or [], state.get("web_search_docs") or []))
+                     merge_sources(state.get("rrf_chunks") or [], state.get("web_search_docs") or []),
+                     state.get("item_names"))
     consistent = [d.get("chunk_id") for d in ordered[:len(kept)]] == [d.get("chunk_id") for d in kept]
     rec = {
         "id": q.id, "part": part, "question": q.question, "expect": q.expect, "docs": q.docs,
@@ -222,13 +224,14 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
                                       fields=FIELDS),
         "recall": search_chunks(q.question, None, limit=TOP_K),
         "pipeline": ordered if got == "confirm" else [],
+        "given_product": rerank(q.question, search_chunks(q.question, sorted(expected)), sorted(expected)),
     }
     # Seed vs smart splitting: the pipeline's retrieval once the right product is confirmed.
     expr = in_filter("item_name", sorted(expected))
     for mode, name in SPLIT_COLLECTIONS.items():
         hits = store.hybrid_search(name, vec, q.question, expr=expr, limit=TOP_K, weights=SEED_WEIGHTS, fields=FIELDS)
         lists[f"{mode}_hybrid"] = hits
-        lists[f"{mode}_rerank"] = rerank(q.question, hits)
+        lists[f"{mode}_rerank"] = rerank(q.question, hits, sorted(expected))
     rec["ranks"] = {k: first_relevant_rank(contents(v), q.evidence) for k, v in lists.items()}
     rec["hit_after_cutoff"] = first_relevant_rank(contents(kept), q.evidence) is not None
     # The offline answer node_answer_output would give (the same function, on the kept sources).
@@ -491,7 +494,7 @@ def run(docs: list[str | Path], qa: list[str | Path], out: str | Path, data_dir:
     with isolated_data_dir(data_dir, keep=keep_data) as folder:
         log(f"数据目录：{folder}")
         started = time.perf_counter()
-        results = import_docs(files, log)
+        results = import_docs(files, log, roots=docs)
         import_seconds = round(time.perf_counter() - started, 2)
         index = DocIndex(results)
         built = build_collections(results, log)

@@ -227,3 +227,33 @@ def test_empty_knowledge_base_refuses_with_an_upload_hint(env, tmp_path):
     result = ask("Duo S 的以太网口支持 PoE 吗？")
     assert (result["branch"], result["candidates"]) == ("refuse", [])
     assert result["answer"] == "抱歉，知识库里还没有任何说明书。请先上传产品的 PDF 或 Markdown 说明书，再来提问。"
+
+
+# Questions whose offline answer must hold the manual's words that answer them: a table row (q02),
+# a line of a PDF's parameter list (q32), a numbered list item of a PDF (q34), a Markdown sentence (q05).
+FACT_IDS = ["q02", "q05", "q32", "q34"]
+
+
+@pytest.mark.parametrize("qid", FACT_IDS)
+def test_offline_answer_quotes_the_fact_not_the_chunk_start(qid, product_of):
+    q = qa(qid)
+    result = ask(q["question"])
+    shown = norm(re.sub(r"(?m)^> ?", "", result["answer"]))
+    assert all(norm(e) in shown for e in q["evidence"]), result["answer"]
+    assert result["answer"].startswith("（未配置大语言模型") and "**[1] " in result["answer"]
+
+
+def test_no_cover_page_or_heading_only_chunk_is_ever_the_first_source(corpus_results):
+    from graphs.query.retrieval import is_thin
+
+    thin_seen = False
+    for q in qa_questions():
+        if q["expect"] != "confirm":
+            continue
+        result = ask(q["question"])
+        sources = [s for s in result["sources"] if s["source"] == "local"]
+        thin = [is_thin(s) for s in sources]
+        thin_seen |= any(thin)
+        # every thin source comes after every source with text
+        assert thin == sorted(thin), (q["id"], [s["title"] for s in sources])
+    assert thin_seen  # the corpus has cover pages (the BTT PDFs): the rule was exercised

@@ -31,7 +31,8 @@ class Calibration:
     dense_weight: float          # rank-fusion weight of the dense list in recall
     sparse_weight: float         # ... of the sparse (BM25 or learned sparse) list
     hyde_weight: float           # ... of the HyDE passage's recall list against the question's
-    recall_limit: int            # candidates per recall list, and after fusion
+    recall_limit: int            # candidates per recall list
+    strip_products: bool         # lexical scoring leaves out the confirmed products' names
     input_weight: float          # rerank fusion: weight of the recall order
     rerank_weight: float         # ... and of the reranker's order
     cliff: tuple[int, int, float, float]  # min_k, max_k, absolute gap, relative gap
@@ -42,8 +43,8 @@ class Calibration:
 
 RRF_K = 60
 OFFLINE = Calibration(
-    dense_weight=0.0, sparse_weight=1.0, hyde_weight=1.0, recall_limit=20,
-    input_weight=1.0, rerank_weight=1.0,
+    dense_weight=0.0, sparse_weight=1.0, hyde_weight=1.0, recall_limit=20, strip_products=True,
+    input_weight=1.0, rerank_weight=0.7,
     cliff=(3, 10, 0.5, 0.25),
     # Top chunk score of the questions naming no product, calibration half: refusals 0.543 and 0.787,
     # confirms 0.688 and 0.797 -> midway between 0.543 and 0.688 (5 of 6 right; the 0.787 refusal
@@ -51,7 +52,8 @@ OFFLINE = Calibration(
     evidence_threshold=0.60, evidence_margin=0.08,
     measured="qa_corpus calibration half: see the module docstring; bench.retrieval reports the held half",
 )
-SEED_RERANKER = dict(input_weight=0.0, rerank_weight=1.0, evidence_threshold=0.40, evidence_margin=0.08)
+SEED_RERANKER = dict(input_weight=0.0, rerank_weight=1.0, strip_products=False, evidence_threshold=0.40,
+                     evidence_margin=0.08)
 CALIBRATIONS: dict[tuple[str, str], Calibration] = {
     ("use-m3", "offline"): OFFLINE,
     # Not measured: BGE-M3's dense vectors are strong, so the seed's 0.8 / 0.2 stands as rank weights.

@@ -108,16 +108,19 @@ def excerpt(terms: list[str], doc: dict) -> tuple[float, str]:
         if len(chosen) >= MAX_UNITS or scores[i] < FURTHER_SOURCE_SHARE * scores[best] or not scores[i]:
             break
         chosen.add(i)
-    parts, shown_header, used, last = [], "", 0, None
-    for i in sorted(chosen, key=lambda i: (i != best, i)):
-        if used > MAX_SOURCE_CHARS:
-            chosen.discard(i)
-        used += len(found[i].text)
-    for i in sorted(chosen):
+    texts = {i: focus(terms, found[i].text, MAX_UNIT_CHARS) for i in chosen}
+    used = 0
+    for i in sorted(chosen, key=lambda i: (i != best, abs(i - best))):  # the best unit first, then the nearest
+        if i != best and used + len(texts[i]) > MAX_SOURCE_CHARS:
+            del texts[i]
+            continue
+        used += len(texts[i])
+    parts, shown_header, last = [], "", None
+    for i in sorted(texts):
         unit = found[i]
         if last is not None and i > last + 1:
             parts.append("……")
-        text = focus(terms, unit.text, MAX_UNIT_CHARS)
+        text = texts[i]
         if unit.header and unit.header != shown_header:
             text = unit.header + "\n" + text
         shown_header = unit.header

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import re
 
+import jieba
+
 from graphs.query.calibration import RRF_K, Calibration, calibration
 from graphs.query.contracts import Hit
 from services.embeddings import get_embedder
-from services.reranker import get_reranker
+from services.reranker import get_reranker, squashed
 from services.settings import get_settings
 from services.vector_store import get_vector_store, in_filter
 
@@ -19,6 +21,18 @@ OUTPUT = ["chunk_id", "content", "item_name", "title", "parent_title", "file_tit
 # is never put before one that has text.
 THIN_CHARS = 30
 MD_IMAGE_OR_LINK = re.compile(r"!?\[[^\]\n]*\]\([^)\n]*\)|<[^>\n]+>")
+WORD = re.compile(r"[\w\u4e00-\u9fff]")
+
+
+def without_products(text: str, item_names: list[str] | None) -> str:
+    """The question without the words of the confirmed products' names: every candidate of the
+    filtered search shares them, so lexically they only add noise."""
+    names = [squashed(n) for n in item_names or [] if n.strip()]
+    if not names:
+        return text
+    kept = [t for t in jieba.lcut(text) if not (squashed(t) and all(squashed(t) in n for n in names))]
+    rest = "".join(kept).strip()
+    return rest if WORD.search(rest) else text
 
 
 def search_chunks(text: str, item_names: list[str] | None, limit: int | None = None) -> list[Hit]:
@@ -30,7 +44,8 @@ def search_chunks(text: str, item_names: list[str] | None, limit: int | None = N
     vec = get_embedder(settings).embed_query(text)
     expr = in_filter("item_name", item_names) if item_names else ""
     dense = store.dense_search(store.chunks, vec, expr=expr, limit=cal.recall_limit, fields=OUTPUT)
-    sparse = store.sparse_search(store.chunks, vec, text, expr=expr, limit=cal.recall_limit, fields=OUTPUT)
+    lexical = without_products(text, item_names) if cal.strip_products else text
+    sparse = store.sparse_search(store.chunks, vec, lexical, expr=expr, limit=cal.recall_limit, fields=OUTPUT)
     hits = rrf_fuse([(sparse, cal.sparse_weight), (dense, cal.dense_weight)], top_n=limit or 2 * cal.recall_limit)
     for rank, hit in enumerate(hits, 1):
         hit["rank"] = rank
@@ -61,12 +76,13 @@ def is_thin(doc: dict) -> bool:
     return len(re.sub(r"[\s\W_]+", "", body)) < THIN_CHARS
 
 
-def rerank_order(query: str, docs: list[dict], cal: Calibration | None = None) -> tuple[list[tuple[float, dict]], str]:
+def rerank_order(query: str, docs: list[dict], item_names: list[str] | None = None,
+                 cal: Calibration | None = None) -> tuple[list[tuple[float, dict]], str]:
     """(score, doc) in final order, and the scorer's name: the reranker's order fused with the input
     order by the calibrated weights; chunks without text go last. A scorer that fails raises."""
     cal = cal or calibration()
     reranker = get_reranker()
-    scores = reranker.score(query, docs)
+    scores = reranker.score(without_products(query, item_names) if cal.strip_products else query, docs)
     by_score = sorted(range(len(docs)), key=lambda i: -scores[i])
     fused: dict[int, float] = {}
     for weight, order in ((cal.input_weight, range(len(docs))), (cal.rerank_weight, by_score)):

@@ -34,7 +34,7 @@ def node_rerank(state: dict) -> dict:
     cal = calibration()
     docs = merge_sources(state.get("rrf_chunks") or [], state.get("web_search_docs") or [])
     try:  # loading the model is part of scoring: a bad model folder fails here too
-        ranked, scorer = rerank_order(state["rewritten_query"], docs, cal)
+        ranked, scorer = rerank_order(state["rewritten_query"], docs, state.get("item_names"), cal)
         # How many are relevant comes from the scores; which ones, from the fused order.
         keep = cliff_cutoff(sorted((s for s, _ in ranked), reverse=True), *cal.cliff)
     except Exception as exc:  # a broken scorer degrades to the fused order, never to no answer
