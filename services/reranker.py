@@ -58,13 +58,29 @@ def squashed(text: str) -> str:
     return re.sub(r"\s+", "", text.lower())
 
 
+def word_groups(terms: list[str]) -> list[tuple[str, list[str]]]:
+    """Each distinct word of the question with the parts jieba also cut it into ("以太网": "以太"),
+    so that a word is counted once, not once per part."""
+    keys = [t.replace(" ", "") for t in terms]
+    words = [k for k in keys if not any(k != o and k in o for o in keys)]
+    return [(w, [k for k in keys if k != w and k in w]) for w in dict.fromkeys(words)]
+
+
 def coverage(terms: list[str], passage: str) -> float:
-    """Share of the question's vocabulary, IDF-weighted, that the passage contains."""
-    if not terms:
+    """Share of the question's distinct words, IDF-weighted, that the passage contains; a word
+    only partly there (one of its parts) counts as much as that part, at most the word."""
+    groups = word_groups(terms)
+    if not groups:
         return 0.0
     text = squashed(passage)
-    total = sum(idf(t) for t in terms)
-    return sum(idf(t) for t in terms if t.replace(" ", "") in text) / total
+    total = sum(idf(w) for w, _ in groups)
+    found = 0.0
+    for word, parts in groups:
+        if word in text:
+            found += idf(word)
+        else:
+            found += min(idf(word), max((idf(p) for p in parts if p in text), default=0.0))
+    return found / total
 
 
 def sentences(text: str) -> list[str]:
@@ -76,20 +92,24 @@ def best_sentence_coverage(terms: list[str], passage: str) -> float:
 
 
 def pool_bm25(terms: list[str], passages: list[str]) -> list[float]:
-    """BM25 of each passage among the given ones (substring term counts, jieba IDF), scaled to the
-    best one = 1."""
+    """BM25 of each passage among the given ones (substring word counts, jieba IDF), as a share of
+    the most any passage could score (every term infinitely often): 0..1 whatever the pool, so a
+    weak best candidate stays weak."""
     texts = [squashed(p) for p in passages]
     average = sum(map(len, texts)) / max(1, len(texts)) or 1.0
-    raw = []
+    groups = word_groups(terms)
+    ceiling = sum(idf(w) for w, _ in groups) * (BM25_K1 + 1)
+    out = []
     for text in texts:
         norm = BM25_K1 * (1 - BM25_B + BM25_B * len(text) / average)
         score = 0.0
-        for term in terms:
-            tf = text.count(term.replace(" ", ""))
-            score += idf(term) * tf * (BM25_K1 + 1) / (tf + norm) if tf else 0.0
-        raw.append(score)
-    top = max(raw, default=0.0)
-    return [r / top if top else 0.0 for r in raw]
+        for word, parts in groups:  # the word, else its best part present (as in `coverage`)
+            present = [t for t in [word, *sorted(parts, key=idf, reverse=True)] if t in text][:1]
+            for term in present:
+                tf = text.count(term)
+                score += min(idf(term), idf(word)) * tf * (BM25_K1 + 1) / (tf + norm)
+        out.append(score / ceiling if ceiling else 0.0)
+    return out
 
 
 class Reranker:

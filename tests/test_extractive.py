@@ -8,7 +8,7 @@ from services.reranker import OfflineReranker
 from services.settings import get_settings
 
 PINS = ("接口 > 摄像头接口\n\n摄像头接口使用 16 PIN 连接器。\n\n| J1 | 说明 |\n|:--:|:---|\n| 1 | GND |\n"
-        "| 13 | I2C1_SCL (1.8V) |\n| 14 | I2C1_SDA (1.8V) |\n| 16 | 3V3 |")
+        "| 13 | I2C1_SCL (1.8V) |\n| 14 | I2C1_SDA (1.8V) |\n| 15 | NC |\n| 16 | NC |\n| 17 | 3V3 |")
 STEPS = ("烧录 > 烧录步骤\n\n准备一张 TF 卡。烧录前请备份数据。\n\n1. 下载镜像文件；\n2. 用烧录工具写入 TF 卡；\n"
          "3. 插卡上电，\n等待指示灯闪烁。\n\n完成后即可登录。")
 
@@ -17,7 +17,7 @@ def doc(content: str, title: str, **extra) -> dict:
     return {"source": "local", "content": content, "title": title, "item_name": "产品甲", **extra}
 
 
-def test_a_table_row_is_quoted_under_its_header_not_the_table_start():
+def test_a_table_row_is_quoted_under_its_header_with_its_neighbours_only():
     answer, cited = extractive_answer("摄像头接口的 I2C 是哪一路？", [doc(PINS, "接口 > 摄像头接口")])
     assert answer.startswith(OFFLINE_NOTE) and "**[1] 接口 > 摄像头接口**（产品甲）" in answer
     assert "> | J1 | 说明 |" in answer and "> | 13 | I2C1_SCL (1.8V) |" in answer

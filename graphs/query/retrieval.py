@@ -2,7 +2,6 @@
 and the benchmark. Every weight comes from `graphs.query.calibration`."""
 from __future__ import annotations
 
-import logging
 import re
 
 import jieba
@@ -14,13 +13,13 @@ from services.reranker import get_reranker, squashed
 from services.settings import get_settings
 from services.vector_store import get_vector_store, in_filter
 
-log = logging.getLogger("query.retrieval")
-
 OUTPUT = ["chunk_id", "content", "item_name", "title", "parent_title", "file_title", "doc_id"]
-# A chunk with less text than this besides headings and pictures (a cover page, a lone heading)
-# is never put before one that has text.
-THIN_CHARS = 30
-MD_IMAGE_OR_LINK = re.compile(r"!?\[[^\]\n]*\]\([^)\n]*\)|<[^>\n]+>")
+# A chunk with fewer letters and digits than this besides its headings and pictures (a cover page,
+# a lone heading, a bare "see chapter X") is never put before one that has text. A link's text and
+# a small table count as text.
+THIN_CHARS = 12
+MD_IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)|<[^>\n]+>")
+MD_LINK = re.compile(r"\[([^\]\n]*)\]\([^)\n]*\)")
 WORD = re.compile(r"[\w\u4e00-\u9fff]")
 
 
@@ -69,7 +68,7 @@ def rrf_fuse(lists: list[tuple[list[Hit], float]], k: int = RRF_K, top_n: int = 
 def is_thin(doc: dict) -> bool:
     """Headings, pictures and links only: nothing a question could be answered from."""
     lines = [line for line in (doc.get("content") or "").splitlines() if not line.lstrip().startswith("#")]
-    body = MD_IMAGE_OR_LINK.sub("", "\n".join(lines))
+    body = MD_LINK.sub(r"\1", MD_IMAGE.sub("", "\n".join(lines)))
     title = (doc.get("title") or "").strip()
     if title:
         body = body.replace(title, "", 1)
