@@ -15,6 +15,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from api import mount_api
+from graphs.importing import catalog
 from services.object_store import IMAGES_PREFIX, LOCAL_URL_PREFIX, local_images_root
 from services.settings import get_settings
 from services.task_store import get_task_store
@@ -57,6 +58,10 @@ def mark_interrupted_imports() -> None:
             log.warning("%d 个导入任务在上次退出时未完成，已标记为失败", count)
     except Exception as exc:  # the chat works without the task store
         log.warning("无法检查未完成的导入任务：%s", exc)
+    try:  # registry and vector store must agree: a crash mid-write is resolved here
+        catalog.repair()
+    except Exception as exc:
+        log.warning("无法检查知识库的一致性：%s", exc)
 
 
 @cl.data_layer

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from api.catalog import router as catalog_router
 from api.routes import ApiRuntime, router
 
 __all__ = ["create_app", "mount_api"]
@@ -21,6 +22,7 @@ def mount_api(app: FastAPI) -> None:
     app.state.zgzk_api = ApiRuntime()
     before = list(app.router.routes)
     app.include_router(router)
+    app.include_router(catalog_router)
     added = [route for route in app.router.routes if route not in before]
     app.router.routes[:] = added + before
 

@@ -127,3 +127,65 @@ class Health(BaseModel):
     history_store: Check
     object_store: Check
     models: ModelChecks
+
+
+class Product(BaseModel):
+    product: str
+    documents: int = Field(description="已导入的文档数")
+    chunks: int = Field(description="切片总数")
+
+
+class Document(BaseModel):
+    doc_id: str
+    file_name: str | None = None
+    product: str | None = None
+    product_source: str | None = Field(None, description="user / set / llm / offline / recovered")
+    product_evidence: str | None = Field(None, description="为什么是这个产品（识别依据，或“请确认”）")
+    status: str = Field(description="importing / ready / damaged")
+    source: str | None = Field(None, description="path（命令行导入）或 upload（上传）")
+    pages: int | None = None
+    chunks: int | None = None
+    images_resolved: int | None = None
+    images_missing: int | None = None
+    bytes: int | None = None
+    imported_at: float | None = None
+    embedder: str | None = None
+    updated_by: str | None = None
+    error: str | None = None
+
+
+class Chunk(BaseModel):
+    chunk_id: str
+    title: str
+    parent_title: str
+    part: int
+    content: str
+    images: list[str] = Field(default_factory=list, description="切片里的图片地址")
+
+
+class DocumentDeleted(BaseModel):
+    doc_id: str
+    file_name: str | None = None
+    chunks: int
+    objects: int = Field(description="删除的图片与原件数")
+
+
+class ProductRename(BaseModel):
+    new_name: str = Field(min_length=1, max_length=100, description="新的产品名")
+    merge: bool = Field(False, description="新名称已存在时必须为 true：把两个产品合并")
+
+
+class ProductRenamed(BaseModel):
+    product: str
+    documents: int
+    chunks: int
+    merged: bool
+
+
+class ProductDeleted(BaseModel):
+    product: str
+    documents: list[str]
+
+
+class TaskStarted(BaseModel):
+    task_id: str

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Annotated, AsyncIterator
 
@@ -54,13 +55,16 @@ protected = APIRouter(dependencies=[Depends(require_api_key)], route_class=ApiRo
 @protected.post("/upload", response_model=UploadResponse, summary="上传说明书（PDF / Markdown），后台导入")
 @body_limit(upload_body_limit)
 def upload(rt: Runtime, files: Annotated[list[UploadFile], File(description="一个或多个 .pdf / .md 文件")],
-           product: Annotated[str | None, Form(max_length=200, description="指定商品名（覆盖自动识别）")] = None):
+           product: Annotated[str | None, Form(max_length=200, description="指定商品名（覆盖自动识别）")] = None,
+           products: Annotated[str | None, Form(max_length=20000, description='每个文件的产品：JSON 对象 {"文件名": "产品名"}')] = None):
     try:
+        per_file = parse_products(products)
         staged = stage_uploads([(f.filename, f.file) for f in files], get_settings())
     except UploadRejected as exc:
         return error_response(exc.status, exc.message)
     try:
-        return {"task_ids": rt.imports.submit(staged, (product or "").strip() or None)}
+        by_name = {s.name: per_file[f.filename] for s, f in zip(staged, files) if f.filename in per_file}
+        return {"task_ids": rt.imports.submit(staged, (product or "").strip() or None, by_name)}
     except StorageError as exc:
         discard(staged)
         return error_response(503, f"导入任务无法创建，没有开始导入：{exc.message}")
@@ -69,7 +73,7 @@ def upload(rt: Runtime, files: Annotated[list[UploadFile], File(description="一
 @protected.get("/status/{task_id}", response_model=TaskStatus, responses={404: {"model": ErrorBody}},
                summary="导入任务进度")
 def task_status(task_id: Annotated[str, Path(max_length=64)]):
-    task = _storage(lambda: get_task_store().get(task_id))
+    task = storage(lambda: get_task_store().get(task_id))
     if task is None:
         raise HTTPException(404, f"导入任务不存在：{task_id}")
     result = task.get("result") or {}
@@ -117,13 +121,13 @@ async def stream(session_id: SessionId, rt: Runtime):
 
 @protected.get("/history/{session_id}", response_model=History, summary="会话历史（从旧到新）")
 def history(session_id: SessionId, limit: Annotated[int, Query(ge=1, le=500)] = 100):
-    messages = _storage(lambda: get_history_store().recent(session_id, limit))
+    messages = storage(lambda: get_history_store().recent(session_id, limit))
     return {"session_id": session_id, "messages": messages}
 
 
 @protected.delete("/history/{session_id}", response_model=HistoryDeleted, summary="清空会话历史")
 def delete_history(session_id: SessionId):
-    return {"session_id": session_id, "deleted": _storage(lambda: get_history_store().delete_session(session_id))}
+    return {"session_id": session_id, "deleted": storage(lambda: get_history_store().delete_session(session_id))}
 
 
 @router.get("/health", response_model=Health, responses={503: {"model": Health}},
@@ -133,7 +137,21 @@ async def health():
     return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
 
 
-def _storage(read):
+def parse_products(raw: str | None) -> dict[str, str]:
+    """The `products` form field: {file name: product}."""
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) and v.strip()
+                                             for k, v in data.items()):
+        raise UploadRejected(400, 'products 应为 JSON 对象：{"文件名": "产品名"}')
+    return {k: " ".join(v.split()) for k, v in data.items()}
+
+
+def storage(read):
     try:
         return read()
     except StorageError as exc:

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from graphs.importing import MAX_FILES, StagedFile, run_import
+from graphs.importing import MAX_FILES, StagedFile, catalog, import_set
 from services.settings import get_settings
 from services.task_store import get_task_store
 
@@ -21,24 +22,44 @@ class ImportQueue:
     def __init__(self, workers: int = 2):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api-import")
 
-    def submit(self, staged: list[StagedFile], product: str | None) -> list[str]:
+    def submit(self, staged: list[StagedFile], product: str | None,
+               products: dict[str, str] | None = None) -> list[str]:
+        """One job for the batch: its files are one set, their products recognised together."""
         tasks = get_task_store()
         for item in staged:
-            tasks.create(item.task_id, item.name, product=product)
-        for item in staged:
-            self._pool.submit(self._run, item, product)
+            tasks.create(item.task_id, item.name, product=product or (products or {}).get(item.name))
+        self._pool.submit(self._run, staged, product, products)
         return [item.task_id for item in staged]
 
     @staticmethod
-    def _run(item: StagedFile, product: str | None) -> None:
+    def _run(staged: list[StagedFile], product: str | None, products: dict[str, str] | None) -> None:
         try:
-            run_import(item.path, product=product, task_id=item.task_id, staged=item)
+            import_set([item.path for item in staged], staged=staged, product=product, products=products)
         except Exception as exc:  # run_import records its own failures; this covers the task store itself
             log.exception("background import crashed")
-            try:
-                get_task_store().fail(item.task_id, f"导入失败：{exc}")
-            except Exception:
-                log.exception("could not record the failure of task %s", item.task_id)
+            for item in staged:
+                try:
+                    if (get_task_store().get(item.task_id) or {}).get("status") != "completed":
+                        get_task_store().fail(item.task_id, f"导入失败：{exc}")
+                except Exception:
+                    log.exception("could not record the failure of task %s", item.task_id)
+
+    def submit_reindex(self) -> str:
+        task_id = uuid.uuid4().hex
+        get_task_store().create(task_id, "重建索引")
+        self._pool.submit(self._reindex, task_id)
+        return task_id
+
+    @staticmethod
+    def _reindex(task_id: str) -> None:
+        tasks = get_task_store()
+        try:
+            tasks.start(task_id)
+            result = catalog.reindex_all(progress=lambda text: tasks.progress(task_id, text))
+            tasks.complete(task_id, result)
+        except Exception as exc:
+            log.exception("reindex failed")
+            tasks.fail(task_id, f"重建索引失败：{exc}")
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

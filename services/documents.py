@@ -16,7 +16,7 @@ from services.settings import Settings
 DOCUMENT_COLLECTION = "kb_document"
 IMPORTING, READY, DAMAGED = "importing", "ready", "damaged"
 # What a version of a document says about itself (set by `begin`, made current by `commit`).
-VERSION_FIELDS = ("doc_key", "file_name", "source", "source_path", "content_hash", "product", "product_source",
+VERSION_FIELDS = ("identity", "doc_key", "file_name", "source", "source_path", "content_hash", "product", "product_source",
                   "product_evidence", "pages", "chunks", "chunk_ids", "images_resolved", "images_missing",
                   "bytes", "embedder", "original_key", "set_id", "updated_by")
 LIST_FIELDS = {"_id": 0, "chunk_ids": 0, "pending": 0}

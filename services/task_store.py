@@ -53,6 +53,9 @@ class TaskStore:
     def node_finished(self, task_id: str, node: str) -> None:
         self._update(task_id, {"$pull": {"running_list": node}, "$addToSet": {"done_list": node}}, "记录节点完成")
 
+    def progress(self, task_id: str, text: str) -> None:
+        self._update(task_id, {"$set": {"progress": text}}, "记录任务进度")
+
     def complete(self, task_id: str, result: dict) -> None:
         self._update(task_id, {"$set": {"status": COMPLETED, "result": result, "running_list": []}},
                      "更新导入任务状态")

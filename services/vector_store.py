@@ -283,6 +283,66 @@ class VectorStore:
     def query(self, collection: str, expr: str, fields: list[str], limit: int = 16384) -> list[dict]:
         return self._call("查询", self.client.query, collection, filter=expr, output_fields=fields, limit=limit)
 
+    def query_all(self, collection: str, expr: str, fields: list[str], page: int = 4096) -> list[dict]:
+        """Every row that matches, read a page at a time (no cap on how many there are)."""
+        rows: list[dict] = []
+        while True:
+            batch = self._call("查询", self.client.query, collection, filter=expr, output_fields=fields,
+                               limit=page, offset=len(rows))
+            rows += batch
+            if len(batch) < page:
+                return rows
+
+    def doc_counts(self) -> dict[str, int]:
+        """doc_id -> chunks, for every document the store holds."""
+        counts: dict[str, int] = {}
+        for row in self.query_all(self.chunks, "chunk_id >= 0", ["doc_id"]):
+            counts[row["doc_id"]] = counts.get(row["doc_id"], 0) + 1
+        return counts
+
+    def doc_rows(self, doc_id: str) -> list[dict]:
+        """A document's chunks with every scalar field, in the order they were written."""
+        rows = self.query_all(self.chunks, eq_filter("doc_id", doc_id), CHUNK_FIELDS)
+        return [{**r, "chunk_id": str(r["chunk_id"])} for r in sorted(rows, key=lambda r: int(r["chunk_id"]))]
+
+    def delete_chunks(self, ids: list[str]) -> None:
+        if ids:
+            self._call("删除切片", self.client.delete, self.chunks, filter=f"chunk_id in {[int(i) for i in ids]}")
+            self._prune_names({r["item_name"] for r in self.item_names()})
+            self._flush()
+
+    def dedupe_names(self) -> int:
+        """One row per product name (a write interrupted mid-way can leave two); returns how many went."""
+        newest: dict[str, int] = {}
+        rows = self.query_all(self.items, "pk >= 0", ["pk", "item_name"])
+        for row in rows:
+            newest[row["item_name"]] = max(newest.get(row["item_name"], -1), int(row["pk"]))
+        extra = [int(r["pk"]) for r in rows if int(r["pk"]) != newest[r["item_name"]]]
+        if extra:
+            self._call("删除重复商品名", self.client.delete, self.items, filter=f"pk in {extra}")
+            self._flush()
+        return len(extra)
+
+    def add_name_row(self, item: dict, doc_id: str) -> None:
+        """A product name row for chunks that have none (the start-up repair)."""
+        row = {"file_title": clip_utf8(item["file_title"], 1000), "doc_id": doc_id,
+               "item_name": item["item_name"], "dense": item["dense"]}
+        if self.embedder.sparse_mode == "model":
+            row["sparse"] = item["sparse"]
+        self._call("写入商品名", self.client.insert, self.items, [row])
+        self._flush()
+
+    def recreate(self) -> None:
+        """Drop both collections and make them anew for the current embedder (reindexing after a
+        switch of embedder: the old vectors are of no use to it)."""
+        with self._lock:
+            client = self._client or MilvusClient(uri=self.settings.milvus_uri)
+            for name in (self.chunks, self.items):
+                if client.has_collection(name):
+                    client.drop_collection(name)
+            self._client, self._ready, self._names = client, False, None
+        self.open()
+
     def item_names(self) -> list[dict]:
         """Every product row, sorted. Read on every question, so kept for a few seconds (writes of
         this process drop it at once; another process's import shows within the TTL)."""

@@ -7,9 +7,11 @@ from graphs.importing.files import (
     MAX_FILES, SUPPORTED, StagedFile, UploadRejected, discard, doc_identity, iter_import_files, safe_filename,
     stage_uploads, validate_file,
 )
+from graphs.importing import catalog
 from graphs.importing.runner import ImportResult, import_set, run_import
 
 __all__ = [
+    "catalog",
     "MAX_FILES", "SUPPORTED", "ImportResult", "StagedFile", "UploadRejected", "discard", "doc_identity",
     "import_set", "iter_import_files", "run_import", "safe_filename", "stage_uploads", "validate_file",
 ]

@@ -364,10 +364,11 @@ def is_valid_name(name: str, pages: list[Page], file_stems: set[str] = frozenset
     words = [w for w in re.findall(TOKEN, name) if _is_model_token(w)]
     if not words:
         return False
-    # a version the file name carries ("m01_mf1_v1_get_started") is the document's word too
-    text = _fold(" ".join([*(t for p in pages for t in p.titles), *(p.text for p in pages),
-                           *(re.sub(r"[_\-]+", " ", s) for s in file_stems)]))
-    return all(_fold(w) in text for w in words)
+    text = _fold(" ".join([*(t for p in pages for t in p.titles), *(p.text for p in pages)]))
+    # a version the file name carries ("m01_mf1_v1_get_started" -> V1) counts, other stem words do not
+    stem_words = {_fold(w) for s in file_stems for w in re.split(r"[\s_\-]+", s)}
+    return all(_fold(w) in text or re.fullmatch(r"v\d+(\.\d+)*", _fold(w)) and _fold(w) in stem_words
+               for w in words) and any(_fold(w) in text for w in words)
 
 
 def page_of(path: Path, root: Path | None, text: str) -> Page:

@@ -58,7 +58,8 @@ def discard_new_images(result: ImportResult) -> None:
 def run_import(path: str | Path, *, product: str | None = None, staged: StagedFile | None = None,
                task_id: str | None = None, on_event: Callable[[dict], None] | None = None,
                product_source: str = "user", product_evidence: str = "", set_id: str = "",
-               updated_by: str = "") -> ImportResult:
+               updated_by: str = "", identity: str | None = None, original_key: str | None = None,
+               source: str = "path", file_name: str = "") -> ImportResult:
     """Import one file. `product` (given by a person, or by set recognition with
     product_source="set") overrides recognition; `staged` is an upload received by stage_uploads."""
     task_id = task_id or uuid.uuid4().hex
@@ -67,9 +68,13 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
         tasks.create(task_id, staged.name if staged else Path(path).name, product=product)
     tasks.start(task_id)
     state = {"task_id": task_id, "import_file_path": str(path), "set_id": set_id, "updated_by": updated_by,
-             "source": "path"}
+             "source": source, "file_name": file_name or Path(path).name}
     if product:
         state.update(product=product, item_name_source=product_source, product_evidence=product_evidence)
+    if identity:  # the same document again (reindexing from its original)
+        state["doc_key"] = identity
+    if original_key:
+        state["original_key"] = original_key
     if staged is not None:
         state.update(staged=True, doc_key=staged.doc_key, file_name=staged.display_name, source="upload",
                      content_hash=staged.content_hash, original_key=staged.original_key)

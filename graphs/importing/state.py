@@ -10,6 +10,7 @@ class ImportGraphState(TypedDict, total=False):
     task_id: str
     import_file_path: str      # the file given by the user (never modified)
     product: str               # product name given by the user; overrides recognition
+    identity: str              # what the document id is made from (a resolved path, an upload's name + hash)
     doc_id: str                # stable identity: same file -> same id, same name elsewhere -> other id
     doc_key: str               # readable, storage-safe key (object store prefix, work folder)
     file_title: str            # the stem, for display

@@ -29,6 +29,7 @@ def node_entry(state: dict) -> dict:
     work_dir = settings.data_dir / "work" / doc_key
     work_dir.mkdir(parents=True, exist_ok=True)
     out = {
+        "identity": state.get("doc_key") or str(path.resolve()),
         "file_type": kind, "file_title": path.stem, "doc_id": doc_id, "doc_key": doc_key,
         "work_dir": str(work_dir), "_summary": f"{path.name}（{kind.upper()}）",
     }

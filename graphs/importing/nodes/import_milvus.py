@@ -31,9 +31,9 @@ def record_version(state: dict, original_key: str, chunks: int, embedder: str) -
     path = Path(state["import_file_path"])
     images = state.get("images") or []
     return {
-        "doc_key": state["doc_key"], "file_name": state.get("file_name") or path.name,
+        "identity": state.get("identity", ""), "doc_key": state["doc_key"], "file_name": state.get("file_name") or path.name,
         "source": state.get("source") or "path",
-        "source_path": "" if state.get("staged") else str(path.resolve()),
+        "source_path": str(path.resolve()) if (state.get("source") or "path") == "path" else "",
         "content_hash": state.get("content_hash") or file_sha256(path),
         "product": state["item_name"], "product_source": state.get("item_name_source", ""),
         "product_evidence": state.get("product_evidence", ""), "pages": int(state.get("pages") or 0),

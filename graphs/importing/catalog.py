@@ -1,0 +1,229 @@
+"""The knowledge base as people manage it: products and their documents, rename / merge, delete,
+reindex, and the start-up repair that keeps the registry and the vector store in agreement."""
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+from graphs.importing.nodes.embedding import embed_text
+from graphs.importing.nodes.item_name import MAX_NAME_CHARS, one_line
+from graphs.importing.runner import ImportResult, run_import
+from services.documents import DAMAGED, IMPORTING, READY, get_document_registry
+from services.embeddings import get_embedder
+from services.errors import ConfigurationError, ValidationError
+from services.object_store import get_object_store
+from services.settings import get_settings
+from services.vector_store import eq_filter, get_vector_store
+
+log = logging.getLogger("import.catalog")
+
+Progress = Callable[[str], None]
+IMAGE_URL = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+REPAIR_AFTER_S = 60.0  # a pending write younger than this may still be running in another process
+
+
+class ProductExists(ValidationError):
+    """Renaming onto a product that exists merges the two: only when asked to."""
+
+
+class NotFound(ValidationError):
+    pass
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def products() -> list[dict]:
+    return get_document_registry().products()
+
+
+def documents(product: str | None = None) -> list[dict]:
+    return get_document_registry().list(product)
+
+
+def document(doc_id: str) -> dict:
+    record = get_document_registry().get(doc_id)
+    if record is None:
+        raise NotFound(f"文档不存在：{doc_id}")
+    return record
+
+
+def document_chunks(doc_id: str) -> list[dict]:
+    """The document's chunks as stored: heading path, text, pictures."""
+    document(doc_id)
+    return [{"chunk_id": r["chunk_id"], "title": r.get("title", ""), "parent_title": r.get("parent_title", ""),
+             "part": r.get("part", 1), "content": r["content"], "images": IMAGE_URL.findall(r["content"])}
+            for r in get_vector_store().doc_rows(doc_id)]
+
+
+def delete_document(doc_id: str) -> dict:
+    """Chunks, the product-name row if no other document uses it, images, original, record; nothing else."""
+    record = document(doc_id)
+    get_vector_store().delete_document(doc_id)
+    removed = get_object_store().delete_document(record["doc_key"]) if record.get("doc_key") else 0
+    shutil.rmtree(get_settings().data_dir / "work" / str(record.get("doc_key") or "-"), ignore_errors=True)
+    get_document_registry().delete(doc_id)
+    return {"doc_id": doc_id, "file_name": record.get("file_name"), "chunks": record.get("chunks", 0),
+            "objects": removed}
+
+
+def delete_product(name: str) -> dict:
+    docs = documents(name)
+    if not docs:
+        raise NotFound(f"产品不存在：{name}")
+    return {"product": name, "documents": [delete_document(d["doc_id"])["doc_id"] for d in docs]}
+
+
+def _rewrite(doc_id: str, new_name: str, updated_by: str) -> int:
+    """One document's chunks under another product name. The embedded text holds the name, so the
+    dense vectors are made again; the BM25 side reads the content alone."""
+    settings = get_settings()
+    store, registry, embedder = get_vector_store(settings), get_document_registry(settings), get_embedder(settings)
+    rows = [{k: v for k, v in r.items() if k != "chunk_id"} | {"item_name": new_name}
+            for r in store.doc_rows(doc_id)]
+    batch = max(1, settings.embed_batch_size)
+    for i in range(0, len(rows), batch):
+        group = rows[i:i + batch]
+        for row, vec in zip(group, embedder.embed([embed_text(r) for r in group])):
+            row["dense"], row["sparse"] = vec["dense"], vec["sparse"]
+    title = rows[0]["file_title"] if rows else ""
+    item = {"file_title": title, "item_name": new_name, **embedder.embed([new_name])[0]}
+    registry.begin(doc_id, {**(registry.get(doc_id) or {}), "product": new_name, "product_source": "user",
+                            "product_evidence": "由用户改名", "chunks": len(rows), "updated_by": updated_by})
+    try:
+        ids = store.replace_document(doc_id, rows, item)
+    except Exception:
+        registry.abort(doc_id)
+        raise
+    registry.commit(doc_id, {"chunk_ids": ids})
+    return len(ids)
+
+
+def rename_product(old: str, new: str, *, merge: bool = False, updated_by: str = "",
+                   progress: Progress = _quiet) -> dict:
+    """Every document of `old` under `new`. Onto an existing product only with merge=True."""
+    new = one_line(new or "")
+    if not new:
+        raise ValidationError("新的产品名不能为空。")
+    if len(new) > MAX_NAME_CHARS:
+        raise ValidationError(f"产品名太长，请不要超过 {MAX_NAME_CHARS} 个字。")
+    docs = documents(old)
+    if not docs:
+        raise NotFound(f"产品不存在：{old}")
+    if new != old and documents(new) and not merge:
+        raise ProductExists(f"产品“{new}”已经存在：要把“{old}”并入它，请确认合并。")
+    chunks = 0
+    for n, d in enumerate(docs, 1):
+        progress(f"正在更新 {n}/{len(docs)}：{d.get('file_name')}")
+        chunks += _rewrite(d["doc_id"], new, updated_by)
+    return {"product": new, "from": old, "documents": len(docs), "chunks": chunks, "merged": bool(merge)}
+
+
+def move_document(doc_id: str, product: str, *, updated_by: str = "") -> dict:
+    """One document to another (or a new) product."""
+    product = one_line(product or "")
+    if not product or len(product) > MAX_NAME_CHARS:
+        raise ValidationError(f"产品名不能为空，也不能超过 {MAX_NAME_CHARS} 个字。")
+    document(doc_id)
+    return {"doc_id": doc_id, "product": product, "chunks": _rewrite(doc_id, product, updated_by)}
+
+
+def reindex_all(*, updated_by: str = "", progress: Progress = _quiet) -> dict:
+    """Import every document again from its stored original, under its product. After a switch of
+    embedder the old collections are dropped first: their vectors mean nothing to the new model."""
+    settings = get_settings()
+    store, registry = get_vector_store(settings), get_document_registry(settings)
+    records = [r for r in registry.list() if r.get("original_key")]
+    try:
+        store.open()
+    except ConfigurationError:
+        progress("向量模型已更换：清空旧的向量集合后重新导入全部文档")
+        store.recreate()
+    done, failed = [], []
+    for n, record in enumerate(records, 1):
+        progress(f"重新导入 {n}/{len(records)}：{record.get('file_name')}")
+        result = _reimport(record, updated_by)
+        (done if result.status == "completed" else failed).append(
+            {"doc_id": record["doc_id"], "file_name": record.get("file_name"), "error": result.error})
+    return {"documents": len(records), "completed": len(done), "failed": failed}
+
+
+def _reimport(record: dict, updated_by: str) -> ImportResult:
+    settings = get_settings()
+    folder = settings.data_dir / "reindex" / record["doc_id"]
+    folder.mkdir(parents=True, exist_ok=True)
+    name = Path(record["original_key"]).name
+    source = Path(record.get("source_path") or "")
+    # a file imported by path is read where it lies (its images are beside it); an upload from its original
+    path = source if record.get("source") == "path" and source.is_file() else folder / name
+    try:
+        if path.parent == folder:
+            path.write_bytes(get_object_store(settings).open_original(record["original_key"]))
+        return run_import(path, product=record.get("product"), product_source=record.get("product_source") or "user",
+                          product_evidence=record.get("product_evidence", ""), identity=record.get("identity"),
+                          original_key=record["original_key"], updated_by=updated_by,
+                          source=record.get("source") or "path", file_name=record.get("file_name", ""))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def repair(*, older_than_s: float = REPAIR_AFTER_S) -> dict:
+    """Make the registry and the vector store agree (run at start-up; returns what it did).
+
+    - a write interrupted mid-way: its new chunks are adopted when they are all there (the old ones
+      go), else removed (the old version, or no document, stays);
+    - chunks of a document with no record: a record is made from them (nothing is thrown away);
+    - a ready record whose chunks are gone: marked damaged, to be re-imported;
+    - a product with chunks but no name row gets one, a product with two keeps the newest.
+    """
+    settings = get_settings()
+    store, registry = get_vector_store(settings), get_document_registry(settings)
+    report = {"adopted": 0, "reverted": 0, "recovered": 0, "damaged": 0, "names_added": 0, "names_deduped": 0}
+    now = time.time()
+    for record in registry.pending():
+        pending = record.get("pending") or {}
+        if now - float(pending.get("started") or 0) < older_than_s:
+            continue
+        doc_id = record["doc_id"]
+        committed = {str(i) for i in record.get("chunk_ids") or []}
+        present = {str(r["chunk_id"]) for r in store.query_all(store.chunks, eq_filter("doc_id", doc_id), ["chunk_id"])}
+        new = sorted(present - committed, key=int)
+        if new and len(new) == int(pending.get("chunks") or -1):
+            store.delete_chunks(sorted(committed & present, key=int))
+            registry.commit(doc_id, {"chunk_ids": new})
+            report["adopted"] += 1
+        else:
+            store.delete_chunks(new)
+            registry.abort(doc_id)
+            report["reverted"] += 1
+    counts = store.doc_counts()
+    known = {r["doc_id"]: r for r in registry.list(with_chunk_ids=True)}
+    for doc_id, n in counts.items():
+        if doc_id not in known:
+            rows = store.doc_rows(doc_id)
+            registry.begin(doc_id, {"file_name": rows[0]["file_title"], "product": rows[0]["item_name"],
+                                    "product_source": "recovered", "chunks": n, "source": "recovered"})
+            registry.commit(doc_id, {"chunk_ids": [r["chunk_id"] for r in rows]})
+            report["recovered"] += 1
+    for doc_id, record in known.items():
+        if record.get("status") == READY and not counts.get(doc_id):
+            registry.update(doc_id, status=DAMAGED, error="向量库中找不到这份文档的切片，请重新导入或重建索引")
+            report["damaged"] += 1
+    report["names_deduped"] = store.dedupe_names()
+    named = {r["item_name"] for r in store.item_names()}
+    embedder = get_embedder(settings)
+    for record in registry.list():
+        if record.get("status") in (READY, IMPORTING) and record.get("product") and record["product"] not in named:
+            if counts.get(record["doc_id"]):
+                store.add_name_row({"file_title": record.get("file_name", ""), "item_name": record["product"],
+                                    **embedder.embed([record["product"]])[0]}, record["doc_id"])
+                named.add(record["product"])
+                report["names_added"] += 1
+    if any(report.values()):
+        log.warning("知识库修复：%s", report)
+    return report
