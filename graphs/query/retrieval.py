@@ -77,16 +77,19 @@ def is_thin(doc: dict) -> bool:
 
 def rerank_order(query: str, docs: list[dict], item_names: list[str] | None = None,
                  cal: Calibration | None = None) -> tuple[list[tuple[float, dict]], str]:
-    """(score, doc) in final order, and the scorer's name: the reranker's order fused with the input
+    """(score, doc) in final order, and the scorer's name: the reranker's order fused with the recall
     order by the calibrated weights; chunks without text go last. A scorer that fails raises."""
     cal = cal or calibration()
     reranker = get_reranker()
     scores = reranker.score(without_products(query, item_names) if cal.strip_products else query, docs)
-    by_score = sorted(range(len(docs)), key=lambda i: -scores[i])
-    fused: dict[int, float] = {}
-    for weight, order in ((cal.input_weight, range(len(docs))), (cal.rerank_weight, by_score)):
-        for rank, i in enumerate(order, 1):
-            fused[i] = fused.get(i, 0.0) + weight / (RRF_K + rank)
+    fused = {i: 0.0 for i in range(len(docs))}
+    # The recall order of each source (manual chunks, web results) is its own list, as in RRF.
+    for source in dict.fromkeys(d.get("source", "local") for d in docs):
+        mine = [i for i, d in enumerate(docs) if d.get("source", "local") == source]
+        for rank, i in enumerate(mine, 1):
+            fused[i] += cal.input_weight / (RRF_K + rank)
+    for rank, i in enumerate(sorted(range(len(docs)), key=lambda i: -scores[i]), 1):
+        fused[i] += cal.rerank_weight / (RRF_K + rank)
     order = sorted(range(len(docs)), key=lambda i: (is_thin(docs[i]), -fused[i]))
     return [(scores[i], docs[i]) for i in order], reranker.name
 
