@@ -26,9 +26,11 @@ import app
 import chainlit as cl
 from conftest import CORPUS_DOCS
 from graphs.importing.runner import run_import
+from manual_files import PANEL_PNG, WEB_PRODUCT, WORD_PRODUCT, web_manual, word_manual
 from query_fixtures import model, web  # noqa: F401  (fixtures)
 from services.errors import StorageError
 from services.history_store import get_history_store
+from services.object_store import local_images_root
 from services.settings import get_settings
 from services.task_store import get_task_store
 from services.vector_store import get_vector_store
@@ -311,7 +313,7 @@ async def test_starters_follow_the_knowledge_base(product_of, own_data):
 # -- attachments ----------------------------------------------------------------------------
 async def test_unsupported_too_big_and_empty_files_are_refused(own_data, tmp_path, env):
     env(MAX_UPLOAD_MB=1)
-    notes = tmp_path / "notes.txt"
+    notes = tmp_path / "notes.csv"
     notes.write_text("不是说明书", encoding="utf-8")
     empty = tmp_path / "empty.md"
     empty.write_bytes(b"")
@@ -321,16 +323,16 @@ async def test_unsupported_too_big_and_empty_files_are_refused(own_data, tmp_pat
     await s.start()
     await s.send("", [notes, empty, big])
     messages = {m["output"].split("》")[0]: m["output"] for m in await s.wait_imports(3)}
-    assert "不支持的文件类型“.txt”" in messages["❌ 《notes.txt"]
+    assert "不支持的文件类型“.csv”" in messages["❌ 《notes.csv"]
     assert "是空的（0 字节）" in messages["❌ 《empty.md"]
     assert "超过了 1 MB 的上限" in messages["❌ 《big.md"]
     assert not list((get_settings().data_dir / "uploads").rglob("*.*"))  # nothing kept
     assert get_vector_store().count() == 0
     # a thread opened by files alone gets a name for the sidebar
     named = [d for _, n, d in s.emitter.events if n == "first_interaction"]
-    assert named == [{"interaction": "导入：notes.txt、empty.md、big.md", "thread_id": s.thread_id}]
+    assert named == [{"interaction": "导入：notes.csv、empty.md、big.md", "thread_id": s.thread_id}]
     thread = await HistoryDataLayer().get_thread(s.thread_id)
-    assert thread and thread["name"] == "导入：notes.txt、empty.md、big.md"
+    assert thread and thread["name"] == "导入：notes.csv、empty.md、big.md"
 
 
 async def test_import_then_question_and_rename(own_data, product_of):
@@ -372,6 +374,29 @@ async def test_import_then_question_and_rename(own_data, product_of):
     await s.send("", [DUO256M])
     await s.wait_imports(3)
     assert store.count() == chunks and len(store.item_names()) == 1
+
+
+async def test_word_and_web_attachments_answer_with_their_pictures(own_data, tmp_path):
+    docx = word_manual(tmp_path / "c21.docx")
+    page = web_manual(tmp_path / "c22.html", local_picture=PANEL_PNG.name)
+    s = Session()
+    await s.start()
+    await s.send(f"{WORD_PRODUCT}的控制面板是什么样的？", [docx, page])
+    messages = await s.wait_imports(2)
+    done = {m["output"].split("》")[0]: m["output"] for m in messages}
+    word, web = done["✅ 《c21.docx"], done["✅ 《c22.html"]
+    assert f"商品名：**{WORD_PRODUCT}**" in word and "图片：2 张" in word
+    assert f"商品名：**{WEB_PRODUCT}**" in web and "图片：1 张" in web  # the embedded one; panel.png stayed behind
+    updates = [d["output"] for _, n, d in s.emitter.events if n == "update_message"]
+    assert any("✅ 文档转 Markdown　Word 文档 → c21.md：标题 4 个，表格 1 个，图片 2 张" in u for u in updates)
+    assert any("✅ 文档转 Markdown　网页 → c22.md：标题 4 个，表格 1 个，图片 1 张" in u for u in updates)
+    await s.wait_for(lambda: "来源" in answer_of(s)["output"])
+    reply = answer_of(s)
+    images = [e for e in s.elements(reply["id"]) if e["type"] == "image"]
+    assert images and all(e["url"].startswith("/kb-files/upload-images/c21-") for e in images), images
+    # the app serves the session's data dir; this test's own store holds the picture itself
+    stored = local_images_root(get_settings()) / images[0]["url"].split("/upload-images/", 1)[1]
+    assert stored.read_bytes() == PANEL_PNG.read_bytes()
 
 
 def manual_pdf(path: Path) -> Path:
@@ -480,10 +505,13 @@ def test_upload_settings_take_manuals_only_up_to_the_cap():
     def upload(name: str, mime: str, size: int = 10) -> UploadFile:
         return UploadFile(io.BytesIO(b"x"), filename=name, size=size, headers=Headers({"content-type": mime}))
     for name, mime in [("a.md", "text/markdown"), ("a.md", "application/octet-stream"),
-                       ("a.PDF", "application/pdf"), ("a.markdown", "text/x-markdown")]:
+                       ("a.PDF", "application/pdf"), ("a.markdown", "text/x-markdown"),
+                       ("a.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
+                       ("a.docx", "application/octet-stream"), ("a.html", "text/html"), ("a.HTM", "text/html"),
+                       ("a.txt", "text/plain")]:
         validate_file_upload(upload(name, mime))
-    for name, mime in [("a.txt", "text/plain"), ("a.exe", "application/octet-stream"),
-                       ("a.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document")]:
+    for name, mime in [("a.csv", "text/csv"), ("a.exe", "application/octet-stream"), ("a.doc", "application/msword"),
+                       ("a.js", "text/javascript"), ("a.html", "text/plain")]:
         with pytest.raises(ValueError, match="File type not allowed"):
             validate_file_upload(upload(name, mime))
     with pytest.raises(ValueError, match="File size too large"):

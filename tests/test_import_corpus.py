@@ -177,8 +177,8 @@ def test_cli_reports_each_file_and_fails_after_trying_all(tmp_path):
     folder = tmp_path / "docs"
     write_md(folder / "a_blank.md", "  \n\n  ")  # sorts first: must not stop the others
     shutil.copyfile(CORPUS / "sipeed-mf" / "zh_CN" / "m01_mf1_v1_get_started.md", folder / "b_good.md")
-    write_md(folder / "notes.txt", "不是说明书")  # not importable: a folder walk skips it
-    unsupported = write_md(tmp_path / "表格.docx", "x")
+    write_md(folder / "notes.csv", "不是说明书")  # not importable: a folder walk skips it
+    unsupported = write_md(tmp_path / "表格.xlsx", "x")
     missing = tmp_path / "不存在的文件夹"
     env = {**os.environ, "DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "graphs.importing", str(folder), str(unsupported), str(missing), "--json",
@@ -186,7 +186,7 @@ def test_cli_reports_each_file_and_fails_after_trying_all(tmp_path):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert [Path(r["file"]).name for r in lines] == ["a_blank.md", "b_good.md", "表格.docx", missing.name]
+    assert [Path(r["file"]).name for r in lines] == ["a_blank.md", "b_good.md", "表格.xlsx", missing.name]
     blank, good, docx, gone = lines
     assert blank["status"] == "failed" and "没有任何文字内容" in blank["error"]
     assert good["status"] == "completed" and good["chunks"] > 0 and good["item_name"] == "Sipeed MF1"

@@ -384,10 +384,11 @@ class PlannedFile:
     evidence: str
 
 
-def plan_set(paths: list[Path], root: Path | None = None) -> list[PlannedFile]:
+def plan_set(paths: list[Path], root: Path | None = None,
+             folders: dict[str, tuple[str, ...]] | None = None) -> list[PlannedFile]:
     """Products of a set of files before any is imported. Markdown pages are read together (`root`
-    gives their folders; None for uploads, which have none); a PDF is a whole manual and is left to
-    its own recognition, as is a set of one."""
+    gives their folders, or `folders` per path for uploads that carried them; flat uploads have
+    none); a PDF is a whole manual and is left to its own recognition, as is a set of one."""
     from graphs.importing.nodes.item_name import offline_item_name
     from services.text_files import read_text
 
@@ -398,7 +399,8 @@ def plan_set(paths: list[Path], root: Path | None = None) -> list[PlannedFile]:
                 text = read_text(path)
             except Exception:  # the import itself reports an unreadable file
                 continue
-            pages.append(page_of(path, root, text))
+            pages.append(read_page(str(path), text, folders[str(path)]) if folders and str(path) in folders
+                         else page_of(path, root, text))
             own[str(path)] = offline_item_name(text, [], path.stem, path)
     found = SetRecogniser(pages).assign() if pages else {}
     out = []
