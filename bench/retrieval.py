@@ -1,10 +1,12 @@
 """Retrieval and product-confirmation evaluation against baselines, in one process.
 
-    python -m bench.retrieval --docs PATH... --qa FILE.jsonl --out DIR
+    python -m bench.retrieval --docs PATH... [--qa FILE.jsonl ...] --out DIR
 
 The documents are imported into a fresh data dir through the real import graph; every question runs
-through the real query graph up to the answer node (product confirmation -> hybrid recall -> RRF ->
-rerank and cliff cut-off). Baselines search the same documents, unfiltered, as a naive RAG would.
+through the real query graph up to the answer node (product confirmation -> dense + BM25 recall ->
+RRF -> rerank and cliff cut-off). Baselines search the same documents, unfiltered, as a naive RAG
+would. Each QA set is split into a calibration half and a held half; the held half is what counts,
+and a full pipeline below the best single retriever there is printed as FAIL.
 """
 from __future__ import annotations
 

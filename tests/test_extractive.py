@@ -32,6 +32,17 @@ def test_numbered_steps_stay_whole_with_their_wrapped_lines():
     assert "> 3. 插卡上电，\n> 等待指示灯闪烁。" in answer
 
 
+def test_a_long_code_block_is_cut_inside_its_fences_and_the_announcing_line_brings_it():
+    log = "\n".join(f"INFO: adding partition {i}" for i in range(60))
+    content = (f"编译 > 输出\n\n编译 Linux 内核后可以看到：\n\n```\n{log}\nImages successfully packed into k1_v2.zip\n"
+               f"{log}\n```\n\n完成。")
+    answer, _ = extractive_answer("内核编译后的 images 打包进哪个 zip？", [doc(content, "编译 > 输出")])
+    quoted = [line[2:] for line in answer.splitlines() if line.startswith("> ")]
+    assert quoted[0] == "编译 Linux 内核后可以看到：" and quoted[1] == "```"
+    assert "Images successfully packed into k1_v2.zip" in quoted and quoted.count("```") == 2
+    assert len("\n".join(quoted)) < len(content)
+
+
 def test_web_results_thin_chunks_and_weak_further_sources_are_not_quoted():
     docs = [{"source": "web", "title": "网页", "content": "网页里的 I2C 说明"},
             doc("封面\n\n# 产品甲\n\n![封面](/kb-files/a.png)", "封面"),

@@ -1,7 +1,7 @@
 """The answer without a chat model: the sentences of the top sources that answer the question.
 
-A source is cut into units: a sentence, a numbered or bulleted list (kept whole), a table row (shown
-under its table's header). Units are scored by the share of the question's vocabulary they hold;
+A source is cut into units: a sentence, a numbered or bulleted list or a code block (kept whole), a
+table row (shown under its table's header); a unit ending in a colon brings the one it announces. Units are scored by the share of the question's vocabulary they hold;
 the best unit of each quoted source is shown with its neighbours, the source named above it.
 """
 from __future__ import annotations
@@ -30,12 +30,15 @@ LIST_ITEM = re.compile(r"^\s*(\d+[.、)）]|[-*+•]\s|[（(]\d+[)）]|第[一�
 TABLE_ROW = re.compile(r"^\s*\|")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}")
 WORD = re.compile(r"[\w\u4e00-\u9fff]")
+FENCE = re.compile(r"^\s*(```|~~~)")
+INTRO_END = ("：", ":")  # "run this:" - the unit after it is what it announces
 
 
 @dataclass
 class Unit:
     text: str
     header: str = ""     # a table row's header rows
+    heading: str = ""    # the heading above it inside the chunk: says what the unit is about
 
 
 def units(content: str, title: str = "") -> list[Unit]:
@@ -50,13 +53,27 @@ def units(content: str, title: str = "") -> list[Unit]:
     header: list[str] = []
     listing: list[str] = []
 
+    heading = ""
+
     def flush_list():
         if listing:
-            out.append(Unit("\n".join(listing)))
+            out.append(Unit("\n".join(listing), heading=heading))
             listing.clear()
 
+    fence: list[str] = []
     for i, line in enumerate(lines):
-        if not line.strip() or line.lstrip().startswith("#"):
+        if fence or FENCE.match(line):  # a code block is one unit, fences kept so that it shows as code
+            flush_list()
+            fence.append(line)
+            if len(fence) > 1 and FENCE.match(line):
+                out.append(Unit("\n".join(fence), heading=heading))
+                fence = []
+            continue
+        if line.lstrip().startswith("#"):
+            flush_list()
+            heading = line.strip().lstrip("#").strip()
+            continue
+        if not line.strip():
             flush_list()
             continue
         if TABLE_ROW.match(line):
@@ -65,14 +82,16 @@ def units(content: str, title: str = "") -> list[Unit]:
             if rule_next or TABLE_RULE.match(line):
                 header = header + [line] if TABLE_RULE.match(line) else [line]
                 continue
-            out.append(Unit(line, "\n".join(header)))
+            out.append(Unit(line, "\n".join(header), heading))
             continue
         header = []
         if LIST_ITEM.match(line) or listing:
             listing.append(line)
             continue
-        out += [Unit(s.strip()) for s in sentences(line) if WORD.search(s)]
+        out += [Unit(s.strip(), heading=heading) for s in sentences(line) if WORD.search(s)]
     flush_list()
+    if fence:
+        out.append(Unit("\n".join(fence), heading=heading))
     return out
 
 
@@ -81,6 +100,11 @@ def focus(terms: list[str], text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     lines = text.splitlines()
+    if FENCE.match(lines[0]):  # cut inside the fences, so that the code block stays closed
+        closing = lines[-1] if len(lines) > 1 and FENCE.match(lines[-1]) else lines[0].strip()[:3]
+        body = lines[1:-1] if closing == lines[-1] else lines[1:]
+        inner = focus(terms, "\n".join(body), limit - len(lines[0]) - len(closing) - 2) if body else ""
+        return f"{lines[0]}\n{inner}\n{closing}"
     best = max(range(len(lines)), key=lambda i: (coverage(terms, lines[i]), -i))
     lo = hi = best
     while True:
@@ -106,17 +130,20 @@ def excerpt(terms: list[str], doc: dict) -> tuple[float, str]:
     name, title = squashed(doc.get("item_name") or ""), doc.get("title") or ""
     topic = [t for t in terms if t.replace(" ", "") not in name] or terms
     inner = [t for t in topic if t.replace(" ", "") not in squashed(title)] or topic
-    scores = [coverage(inner, u.text) for u in found]
+    scores = [coverage(inner, f"{u.heading}\n{u.text}") for u in found]
     best = max(range(len(found)), key=lambda i: (scores[i], -i))
     chosen = set(range(max(0, best - NEIGHBOURS), best + NEIGHBOURS + 1)) & set(range(len(found)))
     for i in sorted(range(len(found)), key=lambda i: -scores[i]):
         if len(chosen) >= MAX_UNITS or scores[i] < FURTHER_SOURCE_SHARE * scores[best] or not scores[i]:
             break
         chosen.add(i)
+    announced = best + 1 if best + 1 < len(found) and found[best].text.endswith(INTRO_END) else best
+    chosen |= {i + 1 for i in chosen if i + 1 < len(found) and found[i].text.endswith(INTRO_END)}
     texts = {i: focus(inner, found[i].text, MAX_UNIT_CHARS) for i in chosen}
     used = 0
-    for i in sorted(chosen, key=lambda i: (i != best, abs(i - best))):  # the best unit first, then the nearest
-        if i != best and used + len(texts[i]) > MAX_SOURCE_CHARS:
+    # the best unit and what it announces first, then the nearest
+    for i in sorted(chosen, key=lambda i: (i not in (best, announced), abs(i - best))):
+        if i not in (best, announced) and used + len(texts[i]) > MAX_SOURCE_CHARS:
             del texts[i]
             continue
         used += len(texts[i])
