@@ -112,6 +112,15 @@ def pool_bm25(terms: list[str], passages: list[str]) -> list[float]:
     return out
 
 
+def scored_content(doc: dict) -> str:
+    """What a scorer reads of a chunk: its product's name counts as part of it, as in its embedded
+    text, so a chunk does not lose the words of a question naming its product because its heading
+    path omits them. Web results are scored as they are."""
+    if doc.get("source", "local") != "local":
+        return doc["content"]
+    return f"{doc.get('item_name') or ''}\n{doc['content']}"
+
+
 class Reranker:
     name: str
 
@@ -129,7 +138,7 @@ class OfflineReranker(Reranker):
         if not docs:
             return []
         terms = query_terms(query)
-        contents = [d["content"] for d in docs]
+        contents = [scored_content(d) for d in docs]
         bm25 = pool_bm25(terms, contents)
         return [round((coverage(terms, c) + best_sentence_coverage(terms, c) + b) / 3, 4)
                 for c, b in zip(contents, bm25)]
@@ -151,7 +160,7 @@ class FlagRerankerScorer(Reranker):
     def score(self, query: str, docs: list[dict]) -> list[float]:
         if not docs:
             return []
-        pairs = [[query, d["content"]] for d in docs]  # query first: reversed pairs score wrong
+        pairs = [[query, scored_content(d)] for d in docs]  # query first: reversed pairs score wrong
         with self._lock:
             raw = self._model.compute_score(pairs, normalize=False)
         raw = [raw] if isinstance(raw, (int, float)) else list(raw)

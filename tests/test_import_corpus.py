@@ -19,6 +19,7 @@ from import_fixtures import (  # noqa: F401 - fresh_data is a fixture
 )
 from services.object_store import LOCAL_URL_PREFIX, local_objects_root
 from services.settings import get_settings
+from services.vector_store import eq_filter
 
 MD_DOCS = [p for p in CORPUS_DOCS if p.suffix == ".md"]
 PDF_DOCS = [p for p in CORPUS_DOCS if p.suffix == ".pdf"]
@@ -116,6 +117,22 @@ def test_pdfs_yield_text_and_images(corpus_results):
         text = "\n".join(c["content"] for c in doc_chunks(r.doc_id))
         assert len(re.findall(r"[\u4e00-\u9fff]", text)) > 1000, path.name
         assert "SKR MINI E3" in text and "/kb-files/upload-images/" in text
+
+
+def test_pdf_chunks_are_stored_with_their_pages(corpus_results):
+    from graphs.query.retrieval import search_chunks
+    fields = ["title", "page_start", "page_end"]
+    for path in CORPUS_DOCS:
+        r = corpus_results[path.stem]
+        rows = store().query(store().chunks, eq_filter("doc_id", r.doc_id), fields)
+        if path.suffix == ".pdf":
+            assert all(1 <= c["page_start"] <= c["page_end"] <= r.pages for c in rows), path.name
+            assert not any(re.search(r"BIG ?TREE ?TECH", c["title"], re.I) for c in rows), path.name
+        else:
+            assert all(c["page_start"] == c["page_end"] == 0 for c in rows), path.name
+    v3 = corpus_results["BTT SKR MINI E3 V3.0使用手册"]
+    hits = search_chunks("主板固件怎么更新", [v3.item_name])
+    assert hits and all(h["page_start"] >= 1 for h in hits)
 
 
 def test_near_twins_get_distinct_names(product_of):

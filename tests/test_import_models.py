@@ -405,3 +405,24 @@ def test_images_go_to_s3_and_reimport_cleans_the_prefix(env, fresh_data, s3_serv
     assert httpx.get(stale, timeout=10).status_code in (403, 404)  # cleaned before re-upload
     assert all(httpx.get(url, timeout=10).status_code == 200 for url in urls)
     assert not (get_settings().data_dir / "objects").exists()  # nothing went to the local store
+
+
+def test_a_chunk_collection_without_page_fields_is_refused(fresh_data):
+    """Milvus Lite cannot add a field to a collection: an old one is named, never written half-way."""
+    from pymilvus import DataType, MilvusClient
+
+    from services.vector_store import VectorStore
+
+    settings = get_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    old = MilvusClient(uri=settings.milvus_uri)
+    schema = old.create_schema(auto_id=True)
+    schema.add_field("chunk_id", DataType.INT64, is_primary=True)
+    schema.add_field("content", DataType.VARCHAR, max_length=100)
+    schema.add_field("dense", DataType.FLOAT_VECTOR, dim=get_embedder(settings).dim)
+    old.create_collection(settings.chunks_collection, schema=schema)
+    old.close()
+    store = VectorStore(settings, get_embedder(settings))
+    with pytest.raises(ConfigurationError, match="由旧版本创建，缺少字段 .*page_end、page_start"):
+        store.open()
+    store.close()

@@ -131,7 +131,7 @@ def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) 
     if len(files) > MAX_FILES:
         raise UploadRejected(400, f"一次最多上传 {MAX_FILES} 个文件，本次收到 {len(files)} 个。")
     day = datetime.now().strftime("%Y%m%d")
-    folders: list[Path] = []
+    created: list[Path] = []
     received: list[tuple[str, str, Path, str, tuple[str, ...]]] = []
     try:
         for raw_name, stream in files:
@@ -140,7 +140,7 @@ def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) 
             name = safe_filename(raw_name)
             target = _target(folder, name)
             folder.mkdir(parents=True, exist_ok=False)
-            folders.append(folder)
+            created.append(folder)
             digest = hashlib.sha256()
             with target.open("wb") as out:
                 while block := stream.read(1024 * 1024):
@@ -154,15 +154,15 @@ def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) 
                              client_folders(raw_name)))
         store = get_object_store(settings)
         staged = []
-        for task_id, display, target, digest, folders in received:
+        for task_id, display, target, digest, carried in received:
             doc_key = f"upload:{target.name}:{digest}"
             try:
                 original = store.upload_original(target, doc_identity(target, doc_key)[1])
             except ImportProcessError as exc:
                 raise UploadRejected(503, f"原件保存失败，没有开始导入：{exc.message}") from exc
-            staged.append(StagedFile(task_id, target.name, display, target, doc_key, digest, original, folders))
+            staged.append(StagedFile(task_id, target.name, display, target, doc_key, digest, original, carried))
     except BaseException:
-        for folder in folders:
+        for folder in created:
             shutil.rmtree(folder, ignore_errors=True)
         raise
     return staged

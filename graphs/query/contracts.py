@@ -18,6 +18,8 @@ class Hit(TypedDict, total=False):
     file_title: str
     item_name: str
     doc_id: str
+    page_start: int              # PDF pages the chunk spans (0: not from a PDF)
+    page_end: int
     score: float                 # the search's own score (cosine, BM25) or, after rerank, the reranker's
     rank: int                    # 1-based position in its recall list
     rrf_score: float             # after fusion
@@ -29,10 +31,13 @@ class Source(TypedDict):
     index: int                   # the [n] the answer cites
     source: Literal["local", "web"]
     chunk_id: str
+    doc_id: str                  # the document whose original can be opened
     title: str
     file_title: str
     item_name: str
     url: str
+    page_start: int              # 0: not from a PDF
+    page_end: int
     score: float
     content: str
 

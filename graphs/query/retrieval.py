@@ -13,7 +13,8 @@ from services.reranker import get_reranker, squashed
 from services.settings import get_settings
 from services.vector_store import get_vector_store, in_filter
 
-OUTPUT = ["chunk_id", "content", "item_name", "title", "parent_title", "file_title", "doc_id"]
+OUTPUT = ["chunk_id", "content", "item_name", "title", "parent_title", "file_title", "doc_id", "page_start",
+          "page_end"]
 # A chunk with fewer letters and digits than this besides its headings and pictures (a cover page,
 # a lone heading, a bare "see chapter X") is never put before one that has text. A link's text and
 # a small table count as text.
