@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from graphs.query.calibration import CALIBRATIONS, EVIDENCE_MARGIN, EVIDENCE_THRESHOLD, calibration
 from graphs.query.extractive import NOTHING_FOUND, OFFLINE_NOTE, extractive_answer, units
-from graphs.query.retrieval import is_thin
+from graphs.query.retrieval import is_thin, rerank_order
 from services.reranker import OfflineReranker
 from services.settings import get_settings
 
@@ -58,6 +58,15 @@ def test_cover_pages_and_lone_headings_are_thin():
     assert is_thin(doc("BTT 手册\n\n# **BIGTREETECH**\n\n## 主板使用说明书\n\n![插图](/kb-files/x.jpg)", "BTT 手册"))
     assert is_thin(doc("A > B\n\n## B\n\n见 [下一节](#c)。", "A > B"))
     assert not is_thin(doc(PINS, "接口 > 摄像头接口"))
+
+
+def test_a_cover_page_goes_after_every_chunk_with_text_whatever_its_scores():
+    cover = doc("LED 手册\n\n# LED GPIO 说明书\n\n![封面](/kb-files/cover.png)", "LED 手册", chunk_id="1")
+    text = doc("引脚 > LED\n\n板载 LED 接在 GPIO 上。", "引脚 > LED", chunk_id="2")
+    other = doc("供电 > 电源\n\n供电电压为 5V，电流至少 2A，接在 Type-C 口上。", "供电 > 电源", chunk_id="3")
+    ranked, scorer = rerank_order("LED GPIO 说明书", [cover, text, other], None, CALIBRATIONS[("use-m3", "offline")])
+    assert scorer == "offline:lexical" and [d["chunk_id"] for _, d in ranked] == ["2", "3", "1"]
+    assert ranked[-1][0] > ranked[1][0]  # the cover scored higher and still went last
 
 
 def test_offline_scorer_is_lexical_and_prefers_the_passage_holding_the_terms_together():

@@ -247,14 +247,13 @@ def test_offline_answer_quotes_the_fact_not_the_chunk_start(qid, product_of):
 def test_no_cover_page_or_heading_only_chunk_is_ever_the_first_source(corpus_results):
     from graphs.query.retrieval import is_thin
 
-    thin_seen = False
     for q in qa_questions():
         if q["expect"] != "confirm":
             continue
         result = ask(q["question"])
         sources = [s for s in result["sources"] if s["source"] == "local"]
         thin = [is_thin(s) for s in sources]
-        thin_seen |= any(thin)
-        # every thin source comes after every source with text
+        # every thin source comes after every source with text (the ordering rule itself is
+        # exercised on a built cover page in test_extractive)
         assert thin == sorted(thin), (q["id"], [s["title"] for s in sources])
-    assert thin_seen  # the corpus has cover pages (the BTT PDFs): the rule was exercised
+        assert not thin or not thin[0]
