@@ -79,8 +79,15 @@ def test_offline_scorer_is_lexical_and_prefers_the_passage_holding_the_terms_tog
 
 
 def test_every_scorer_combination_has_a_calibration_saying_how_it_was_chosen():
-    assert {k for k in CALIBRATIONS} == {(e, r) for e in ("use-m3", "bge-m3") for r in ("offline", "bge-reranker")}
+    assert {k for k in CALIBRATIONS} == {(e, r) for e in ("use-m3", "bge-m3", "server") for r in ("offline", "cross-encoder")}
     assert all(c.measured for c in CALIBRATIONS.values())
     offline = calibration()
     assert offline is CALIBRATIONS[("use-m3", "offline")]
     assert (EVIDENCE_THRESHOLD, EVIDENCE_MARGIN) == (offline.evidence_threshold, offline.evidence_margin)
+
+
+def test_a_configured_rerank_server_gets_the_cross_encoder_calibration(env):
+    env(RERANK_URL="http://127.0.0.1:9")
+    chosen = calibration()
+    assert chosen is CALIBRATIONS[("use-m3", "cross-encoder")] and chosen.measured.startswith("not measured")
+    assert (chosen.input_weight, chosen.rerank_weight, chosen.strip_products) == (0.0, 1.0, False)

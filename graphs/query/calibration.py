@@ -21,8 +21,8 @@ What chose them (hit@5 / MRR@10, calibration halves; qa_corpus 24 and qa_milkv_d
   a heading-path boost and the previous scorer (0.4 cosine + 0.6 coverage) did no better.
 - Cliff: unchanged (3..10 kept, gap 0.5 absolute or 25 %); evidence: see the values below.
 
-BGE-M3 and a cross-encoder could not be measured here (no weights on this machine): their entries
-carry the seed's choices and say so.
+BGE-M3, an embedding server and a cross-encoder (in process or a rerank server) could not be
+measured here (no weights on this machine): their entries carry the seed's choices and say so.
 """
 from __future__ import annotations
 
@@ -62,16 +62,22 @@ OFFLINE = Calibration(
 )
 SEED_RERANKER = dict(input_weight=0.0, rerank_weight=1.0, strip_products=False, evidence_threshold=0.40,
                      evidence_margin=0.08)
+# Not measured: an embedding server runs a model unknown here; BM25 leads, its dense list weighs half.
+SERVER_DENSE = dict(dense_weight=0.5, sparse_weight=1.0)
 CALIBRATIONS: dict[tuple[str, str], Calibration] = {
     ("use-m3", "offline"): OFFLINE,
     # Not measured: BGE-M3's dense vectors are strong, so the seed's 0.8 / 0.2 stands as rank weights.
     ("bge-m3", "offline"): Calibration(**{**OFFLINE.__dict__, "dense_weight": 0.8, "sparse_weight": 0.2,
                                           "measured": "not measured: seed weights 0.8 / 0.2"}),
+    ("server", "offline"): Calibration(**{**OFFLINE.__dict__, **SERVER_DENSE,
+                                          "measured": "not measured: BM25-led, dense at half weight"}),
     # Not measured: a cross-encoder's order replaces the recall order (the seed's rerank).
-    ("use-m3", "bge-reranker"): Calibration(**{**OFFLINE.__dict__, **SEED_RERANKER,
-                                               "measured": "not measured: seed rerank order"}),
-    ("bge-m3", "bge-reranker"): Calibration(**{**OFFLINE.__dict__, **SEED_RERANKER, "dense_weight": 0.8,
-                                               "sparse_weight": 0.2, "measured": "not measured: seed choices"}),
+    ("use-m3", "cross-encoder"): Calibration(**{**OFFLINE.__dict__, **SEED_RERANKER,
+                                                "measured": "not measured: seed rerank order"}),
+    ("bge-m3", "cross-encoder"): Calibration(**{**OFFLINE.__dict__, **SEED_RERANKER, "dense_weight": 0.8,
+                                                "sparse_weight": 0.2, "measured": "not measured: seed choices"}),
+    ("server", "cross-encoder"): Calibration(**{**OFFLINE.__dict__, **SEED_RERANKER, **SERVER_DENSE,
+                                                "measured": "not measured: seed rerank order, BM25-led recall"}),
 }
 # The product confirmation judges evidence with the offline scorer's scale.
 EVIDENCE_THRESHOLD = OFFLINE.evidence_threshold
@@ -82,5 +88,7 @@ def calibration(settings: Settings | None = None) -> Calibration:
     """The calibration of the configured embedder and reranker (read from the settings, so that a
     reranker that fails to load does not stop recall)."""
     settings = settings or get_settings()
-    reranker = "bge-reranker" if settings.bge_reranker_large else "offline"
-    return CALIBRATIONS[(get_embedder(settings).name, reranker)]
+    name = get_embedder(settings).name
+    embedder = name if name in ("use-m3", "bge-m3") else "server"  # a server is named by its model
+    reranker = "cross-encoder" if settings.rerank_url or settings.bge_reranker_large else "offline"
+    return CALIBRATIONS[(embedder, reranker)]
