@@ -6,6 +6,7 @@ from chainlit.context import context
 from chainlit.input_widget import Switch
 from chainlit.utils import utc_now
 
+from graphs.query.contracts import FinalEvent, answer_of
 from graphs.query.product_match import rank_products
 from graphs.query.runner import astream_query
 from services.settings import get_settings
@@ -115,7 +116,8 @@ class AnswerView:
             message.content = f"❌ 抱歉，这次没能回答：{event.get('error', '')}\n\n请稍后重试，或换个问法。"
             await self.show(message)
 
-    async def finish(self, final: dict) -> None:
+    async def finish(self, event: FinalEvent) -> None:
+        final = answer_of(event)
         message = self.message = self.message or cl.Message(content="", parent_id=self.parent_id)
         parts = [final.get("answer") or ""]
         elements: list = []
