@@ -12,6 +12,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from graphs.importing.recognition import TECH_TERMS
+
 CONFIRM_SCORE = 0.95
 BRAND_SCORE = 0.62
 CONFIRM_THRESHOLD = 0.85
@@ -21,6 +23,12 @@ _SEP = _SEP_CHAR + "*"
 _SEPS = re.compile(_SEP_CHAR + "+")
 _LATIN = re.compile(r"[a-z0-9][a-z0-9.]*")
 VERSION_TOKEN = re.compile(r"v\d+(\.\d+)*")
+VARIANT_WORDS = {"pro", "max", "plus", "lite", "mini", "ultra", "se", "air"}
+FAMILY = re.compile(r"\s*(系列|全系|家族)")
+FAMILY_SCORE = 0.84
+# A brand and model the question writes out ("StarFive VisionFive 2", "Raspberry Pi 5"): two
+# capitalised words and a model number.
+NAMED_MODEL = re.compile(r"(?<![A-Za-z0-9])([A-Z][A-Za-z]*(?:[ \-][A-Z][A-Za-z0-9]*)+[ \-]?\d[A-Za-z0-9.]*)(?![A-Za-z0-9])")
 
 
 def normalize(text: str) -> str:
@@ -129,6 +137,12 @@ def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str
     span = (min(a for a, _ in spans), max(b for _, b in spans))
     got = [toks[k] for k in sorted(covered)]
     if all(t in got for t in required):
+        # "Milk-V Mars Pro" when only Mars is known: a variant word the catalogue lacks is another model
+        nxt = _next_word(q, span[1])
+        if nxt in VARIANT_WORDS and nxt not in all_tokens:
+            return ProductMatch(name, 0.0, "other-model", span, got)
+        if FAMILY.match(q, span[1]):  # "Mars 系列": the family, not one model
+            return ProductMatch(name, FAMILY_SCORE, "family", span, got)
         return ProductMatch(name, CONFIRM_SCORE, "full", span, got)
     # Partial or brand only: a different model word right after ("Milk-V Mars") rules it out.
     for end in latin_ends:
@@ -151,6 +165,10 @@ def rank_products(question: str, names: list[str]) -> list[ProductMatch]:
     present = index.present(normalize(question))
     hit = sorted({i for t in present for i in index.by_token[t]})
     matches = [match_product(question, names[i], index.all_tokens, present) for i in hit]
+    # a family mention with no other model of that family in the catalogue is that one product
+    for m in matches:
+        if m.kind == "family" and not any(o is not m and o.kind == "partial" for o in matches):
+            m.kind, m.score = "full", CONFIRM_SCORE
     fulls = [m for m in matches if m.kind == "full"]
     for m in fulls:
         for other in fulls:
@@ -158,3 +176,14 @@ def rank_products(question: str, names: list[str]) -> list[ProductMatch]:
             if other is not m and inside and other.span[1] - other.span[0] > m.span[1] - m.span[0]:
                 m.kind, m.score = "nested", 0.0
     return sorted((m for m in matches if m.score > 0 or m.kind == "other-model"), key=lambda m: (-m.score, m.name))
+
+
+def names_unknown_model(question: str, names: list[str]) -> bool:
+    """Whether the question writes out a brand and model that no known product has."""
+    known = product_index(tuple(names)).all_tokens
+    for m in NAMED_MODEL.finditer(unicodedata.normalize("NFKC", question)):
+        words = m.group(1).split(" ")
+        names_words = [w for w in words if w[:1].isupper() and w.lower() not in TECH_TERMS]
+        if len(names_words) >= 2 and not set(tokens(m.group(1))) & known:
+            return True
+    return False

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from graphs.base import graph_node
 from graphs.query.calibration import EVIDENCE_MARGIN, EVIDENCE_THRESHOLD
-from graphs.query.product_match import CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, rank_products
+from graphs.query.product_match import CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, names_unknown_model, rank_products
 from graphs.query.retrieval import search_chunks
 from services.chat_model import get_chat_model, invoke_text, parse_json_reply
 from services.embeddings import get_embedder
@@ -109,10 +109,16 @@ def decide(query: str, products: list[str], history: list[dict], pinned: str) ->
     names, rewritten = extracted if extracted else ([], query)
     scores: dict[str, float] = {}
     other_model = False  # "Milk-V Mars" when only Duo boards are known: another product, not ours
+    brand_only: set[str] = set()
     for text in [query, *names]:  # the question itself, and every name the model extracted
         for m in rank_products(text, products):
             scores[m.name] = max(scores.get(m.name, 0.0), m.score)
             other_model |= m.kind == "other-model"
+            if m.kind == "brand":
+                brand_only.add(m.name)
+    if other_model:  # "Milk-V Mars Pro": the brand's other models are no candidates for it
+        scores = {n: s for n, s in scores.items() if n not in brand_only}
+    other_model |= not scores and names_unknown_model(query, products)
     for name, score in vector_scores(names).items():
         scores[name] = max(scores.get(name, 0.0), score)
     confirmed = [n for n, s in scores.items() if s > CONFIRM_THRESHOLD]
