@@ -23,11 +23,10 @@ _SEP = _SEP_CHAR + "*"
 _SEPS = re.compile(_SEP_CHAR + "+")
 _LATIN = re.compile(r"[a-z0-9][a-z0-9.]*")
 VERSION_TOKEN = re.compile(r"v\d+(\.\d+)*")
-VARIANT_WORDS = {"pro", "max", "plus", "lite", "mini", "ultra", "se", "air"}
 FAMILY = re.compile(r"\s*(系列|全系|家族)")
 FAMILY_SCORE = 0.84
 # A brand and model the question writes out ("StarFive VisionFive 2", "Raspberry Pi 5"): two
-# capitalised words and a model number.
+# capitalised words and a short model number (a long code such as "JH7110" is a chip more often).
 NAMED_MODEL = re.compile(r"(?<![A-Za-z0-9])([A-Z][A-Za-z]*(?:[ \-][A-Z][A-Za-z0-9]*)+[ \-]?\d[A-Za-z0-9.]*)(?![A-Za-z0-9])")
 
 
@@ -137,10 +136,6 @@ def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str
     span = (min(a for a, _ in spans), max(b for _, b in spans))
     got = [toks[k] for k in sorted(covered)]
     if all(t in got for t in required):
-        # "Milk-V Mars Pro" when only Mars is known: a variant word the catalogue lacks is another model
-        nxt = _next_word(q, span[1])
-        if nxt in VARIANT_WORDS and nxt not in all_tokens:
-            return ProductMatch(name, 0.0, "other-model", span, got)
         if FAMILY.match(q, span[1]):  # "Mars 系列": the family, not one model
             return ProductMatch(name, FAMILY_SCORE, "family", span, got)
         return ProductMatch(name, CONFIRM_SCORE, "full", span, got)
@@ -184,6 +179,6 @@ def names_unknown_model(question: str, names: list[str]) -> bool:
     for m in NAMED_MODEL.finditer(unicodedata.normalize("NFKC", question)):
         words = m.group(1).split(" ")
         names_words = [w for w in words if w[:1].isupper() and w.lower() not in TECH_TERMS]
-        if len(names_words) >= 2 and not set(tokens(m.group(1))) & known:
+        if len(names_words) >= 2 and len(words[-1]) <= 3 and not set(tokens(m.group(1))) & known:
             return True
     return False

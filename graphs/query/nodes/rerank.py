@@ -7,6 +7,7 @@ from graphs.base import graph_node
 from graphs.query.calibration import calibration
 from graphs.query.contracts import Hit
 from graphs.query.retrieval import rerank_order
+from services.reranker import get_reranker
 
 log = logging.getLogger("query.node_rerank")
 
@@ -29,6 +30,14 @@ def merge_sources(local: list[Hit], web: list[dict]) -> list[Hit]:
     return docs
 
 
+def scorer_name() -> str:
+    """Which scorer failed, where it can still be told (a model that failed to load cannot)."""
+    try:
+        return get_reranker().name
+    except Exception:
+        return "reranker"
+
+
 @graph_node("query", "node_rerank", "精排")
 def node_rerank(state: dict) -> dict:
     cal = calibration()
@@ -39,7 +48,7 @@ def node_rerank(state: dict) -> dict:
         keep = cliff_cutoff(sorted((s for s, _ in ranked), reverse=True), *cal.cliff)
     except Exception as exc:  # a broken scorer degrades to the fused order, never to no answer
         log.warning("reranker failed, keeping RRF order: %s", exc)
-        scorer = f"reranker（失败，保留 RRF 顺序：{exc}）"
+        scorer = f"{scorer_name()}（失败，保留 RRF 顺序：{exc}）"
         ranked = [(0.0, d) for d in docs]
         keep = min(len(docs), cal.cliff[1])
     kept = [{**d, "score": float(s)} for s, d in ranked[:keep]]
