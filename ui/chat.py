@@ -8,7 +8,7 @@ from chainlit.utils import utc_now
 
 from graphs.query.product_match import rank_products
 from graphs.query.runner import astream_query
-from ui.format import STEP_TYPES, source_name, source_text, sources_line, step_output
+from ui.format import STEP_TYPES, source_name, source_text, sources_line, step_output, sub_question_output
 
 CHOOSE_PRODUCT = "choose_product"
 MAX_PRODUCT_BUTTONS = 8
@@ -52,13 +52,19 @@ def typed_choice(text: str) -> tuple[str, str] | None:
 
 
 class AnswerView:
-    """One question's rendering: a step per node (siblings under the current run), a streamed reply."""
+    """One question's rendering: a step per node (siblings under the current run), a streamed reply.
+
+    A node fanned out in parallel (one run per sub-question) is one step; each sub-question is a
+    step nested in it."""
 
     def __init__(self, show_sources: bool):
         self.show_sources = show_sources
         current = context.current_step
         self.parent_id = current.id if current else None
         self.steps: dict[str, cl.Step] = {}
+        self.running: dict[str, int] = {}     # parallel runs of a node still going
+        self.outputs: dict[str, list[str]] = {}
+        self.sub_steps: dict[int, cl.Step] = {}
         self.message: cl.Message | None = None
         self.sent = False  # streamed tokens end with send(), a sent message changes with update()
 
@@ -72,19 +78,30 @@ class AnswerView:
     async def on_event(self, event: dict) -> None:
         kind = event["type"]
         if kind == "node_start":
-            step = cl.Step(name=event["label"], type=STEP_TYPES.get(event["node"], "tool"),
+            node = event["node"]
+            if self.running.get(node):
+                self.running[node] += 1
+                return
+            self.running[node], self.outputs[node] = 1, []
+            step = cl.Step(name=event["label"], type=STEP_TYPES.get(node, "tool"),
                            parent_id=self.parent_id, show_input=False)
             step.start = utc_now()
-            self.steps[event["node"]] = step
+            self.steps[node] = step
             await step.send()
         elif kind in ("node_end", "node_error"):
-            step = self.steps.get(event["node"])
+            node = event["node"]
+            step = self.steps.get(node)
             if step is None:
                 return
-            step.output = step_output(event)
-            step.is_error = kind == "node_error"
-            step.end = utc_now()
+            self.running[node] = max(0, self.running.get(node, 1) - 1)
+            self.outputs.setdefault(node, []).append(step_output(event))
+            step.output = "\n\n".join(self.outputs[node])
+            step.is_error = step.is_error or kind == "node_error"
+            if not self.running[node]:
+                step.end = utc_now()
             await step.update()
+        elif kind == "sub_question":
+            await self.on_sub_question(event)
         elif kind == "delta":
             self.message = self.message or cl.Message(content="", parent_id=self.parent_id)
             await self.message.stream_token(event["delta"])
@@ -94,6 +111,21 @@ class AnswerView:
             message = self.message = self.message or cl.Message(content="", parent_id=self.parent_id)
             message.content = f"❌ 抱歉，这次没能回答：{event.get('error', '')}\n\n请稍后重试，或换个问法。"
             await self.show(message)
+
+    async def on_sub_question(self, event: dict) -> None:
+        if event["phase"] == "start":
+            parent = self.steps.get("node_sub_question")
+            step = cl.Step(name=f"子问题 {event['index']}：{event['question']}", type="retrieval",
+                           parent_id=parent.id if parent else self.parent_id, show_input=False)
+            step.start = utc_now()
+            self.sub_steps[event["index"]] = step
+            await step.send()
+            return
+        step = self.sub_steps.get(event["index"])
+        if step is not None:
+            step.output = sub_question_output(event)
+            step.end = utc_now()
+            await step.update()
 
     async def finish(self, final: dict) -> None:
         message = self.message = self.message or cl.Message(content="", parent_id=self.parent_id)
