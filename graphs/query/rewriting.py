@@ -32,12 +32,12 @@ def words(text: str) -> list[str]:
 
 def feedback_terms(question: str, docs: list[dict], n: int = FEEDBACK_TERMS) -> list[str]:
     """Terms of the best passages weighted by passage score x term frequency share x IDF; heading
-    words (the section path) weigh double. Words of the question itself and of the product are left out."""
+    words (the section path) weigh double. Words of the question itself and of the product or file name are left out."""
     known = set(query_terms(question)) | {w for w in words(question)}
     weights: dict[str, float] = defaultdict(float)
     for doc in docs[:FEEDBACK_DOCS]:
         score = max(float(doc.get("score") or 0.0), 0.01)
-        product = set(words(doc.get("item_name") or ""))
+        product = set(words(f"{doc.get('item_name', '')} {doc.get('file_title', '')}"))
         for text, boost in ((doc.get("content") or "", 1.0),
                             (f"{doc.get('title', '')} {doc.get('parent_title', '')}", HEADING_WEIGHT)):
             found = [w for w in words(text) if w not in known and w not in product]

@@ -27,7 +27,8 @@ def node_grade(state: dict) -> dict:
     if first:
         if strength(first["grade"]) >= strength(grade):  # the first try was at least as good: keep it
             kept = first["grade"]
-            grade = {**kept, "route": resolve_route(kept, bool(first["docs"]), sub_question=False, rewrites_left=0)}
+            route = resolve_route(kept, bool(first["docs"]), sub_question=False, rewrites_left=0)
+            grade = {**kept, "route": route, **({"corrected_from": kept["route"]} if route != kept["route"] else {})}
             out.update(grade=grade, reranked_docs=first["docs"], rerank_info=first["rerank_info"])
             grade["evidence"] = "first"
         else:
