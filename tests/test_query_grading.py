@@ -148,3 +148,80 @@ def test_feedback_terms_take_heading_words_and_skip_known_ones():
              "parent_title": "Duo S > 供电", "content": "使用 POE 模块供电时，网口同时供电。POE 模块需单独购买。"}]
     terms = feedback_terms("Duo S 的网口能供电吗？", docs)
     assert "poe" in terms and "模块" in terms and "供电" not in terms and "duo" not in terms
+
+
+# -- with the scripted model ------------------------------------------------------------------
+
+def test_model_grade_answer_is_one_json_call(model, product_of):
+    result = ask(GOOD_Q)
+    (call,) = model.requests("grade")
+    assert call["response_format"] == {"type": "json_object"} and not call.get("stream")
+    assert f"【问题】{GOOD_Q}" in user_text(call) and "[1] " in user_text(call)
+    assert (result["grade"]["route"], result["grade"]["method"]) == ("answer", "model")
+    assert result["answer"] == "根据说明书，答案如下 [1]。" and not model.requests("rewrite_plan")
+
+
+def test_model_rewrite_steps_back_once_then_answers(model, product_of):
+    model.on_grade(GOOD_Q, grade("rewrite", answerable=False, confidence=0.4), times=1)
+    result = ask(GOOD_Q)
+    assert len(model.requests("grade")) == 2 and len(model.requests("rewrite_plan")) == 1
+    assert result["rewrite"] == {"method": "step_back", "text": STEP_BACK, "query": f"{GOOD_Q} {STEP_BACK}"}
+    assert result["grade"]["route"] == "answer" and result["grade"]["evidence"] in ("first", "rewritten")
+    assert result["done_list"].count("node_search_rewritten") == 1 and result["sources"]
+    assert f"【用户问题】{GOOD_Q}" in user_text(model.requests("answer")[0])
+
+
+def test_model_hyde_text_is_only_for_retrieval(model, product_of):
+    passage = "POE 供电模块接在网口上，为板子提供 5V 电源。"
+    model.on_grade(GOOD_Q, grade("rewrite", answerable=False), times=1)
+    model.on_kind("查询改写助手", {"method": "hyde", "step_back_question": "", "hyde_passage": passage})
+    result = ask(GOOD_Q)
+    assert result["rewrite"]["method"] == "hyde" and result["rewrite"]["query"] == f"{GOOD_Q} {passage}"
+    assert passage not in user_text(model.requests("answer")[0])
+
+
+def test_model_still_weak_after_the_rewrite_says_it_does_not_know(model, product_of):
+    model.on_grade(GOOD_Q, grade("rewrite", answerable=False, confidence=0.3))
+    result = ask(GOOD_Q)
+    assert len(model.requests("grade")) == 2 and len(model.requests("rewrite_plan")) == 1
+    assert (result["grade"]["route"], result["grade"]["corrected_from"]) == ("no_knowledge", "rewrite")
+    assert result["answer"].startswith("抱歉") and result["sources"] == [] and not model.requests("answer")
+
+
+def test_model_clarify_asks_the_follow_up(model, product_of):
+    follow_up = "您说的是板载网口还是扩展板上的网口？"
+    model.on_grade(GOOD_Q, grade("clarify", ambiguous=True, answerable=False, follow_up=follow_up))
+    result = ask(GOOD_Q)
+    assert result["grade"]["route"] == "clarify" and result["answer"] == follow_up
+    assert result["sources"] == [] and not model.requests("answer") and not model.requests("rewrite_plan")
+
+
+def test_model_no_knowledge_says_so_without_answering(model, product_of):
+    model.on_grade(GOOD_Q, grade("no_knowledge", relevant=False, answerable=False, confidence=0.8))
+    result = ask(GOOD_Q)
+    assert result["grade"]["route"] == "no_knowledge" and "没有找到" in result["answer"]
+    assert result["sources"] == [] and not model.requests("answer") and not model.requests("rewrite_plan")
+
+
+@pytest.mark.parametrize("reply", ["这不是 JSON", json.dumps({**GRADE_ANSWER, "route": "maybe"})])
+def test_model_grade_unusable_falls_back_to_the_offline_rule(model, product_of, reply):
+    model.on_grade(GOOD_Q, reply)
+    result = ask(GOOD_Q)
+    assert result["grade"]["method"].startswith("fallback") and result["grade"]["route"] == "answer"
+    assert result["answer"] == "根据说明书，答案如下 [1]。"
+
+
+def test_model_plans_a_comparison_and_a_bad_plan_falls_back_to_rules(model, product_of):
+    v2, v3 = product_of["BTT SKR MINI E3 V2.0使用手册"], product_of["BTT SKR MINI E3 V3.0使用手册"]
+    planned = [{"question": "SKR MINI E3 V2.0 用的是哪颗 MCU？", "item_name": v2},
+               {"question": "SKR MINI E3 V3.0 用的是哪颗 MCU？", "item_name": v3}]
+    model.on_kind("问题规划助手", {"complexity": "complex", "reason": "比较两款主板", "sub_questions": planned}, times=1)
+    result = ask(COMPARE_Q)
+    assert result["plan"]["method"] == "model"
+    assert result["sub_questions"] == [{"question": p["question"], "item_names": [p["item_name"]]} for p in planned]
+    assert len(model.requests("grade")) == 2  # each sub-question graded, none rewritten
+    assert not model.requests("rewrite_plan") and {s["item_name"] for s in result["sources"]} == {v2, v3}
+    model.on_kind("问题规划助手", {"complexity": "complex", "reason": "", "sub_questions": [
+        {"question": "不存在的产品怎么样？", "item_name": "不存在的产品"}, planned[0]]})
+    again = ask(COMPARE_Q)
+    assert again["plan"]["method"] == "rules" and len(again["sub_questions"]) == 2
