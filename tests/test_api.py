@@ -23,8 +23,8 @@ from services.settings import get_settings
 from services.task_store import TaskStore
 
 DUO_MD, DUOS_MD = CORPUS_DOCS[0], CORPUS_DOCS[2]
-ALL_NODES = {"node_item_name_confirm", "node_search_embedding", "node_search_embedding_hyde", "node_web_search_mcp",
-             "node_rrf", "node_rerank", "node_answer_output"}
+ALL_NODES = {"node_item_name_confirm", "node_plan", "node_search_embedding", "node_search_embedding_hyde",
+             "node_web_search_mcp", "node_rrf", "node_rerank", "node_grade", "node_answer_output"}
 
 
 @pytest.fixture(autouse=True)
