@@ -74,8 +74,19 @@ def topic_scores(question: str, item_names: list[str], docs: list[dict], pool: l
         return reranker.score(text, docs), reranker.name
     except Exception as exc:  # the offline scorer, which the threshold was calibrated on, stands in
         log.warning("reranker failed, grading with the offline scorer: %s", exc)
-        offline = OfflineReranker(get_settings())
+    offline = OfflineReranker(get_settings())
+    try:
         return offline.score(text, docs), offline.name
+    except Exception as exc:
+        log.warning("offline scorer failed too, grading unscored: %s", exc)
+        return None, ""
+
+
+def unscored_grade() -> dict:
+    """No scorer works: nothing to judge by, so the fused order is answered, as rerank keeps it."""
+    return {"relevant": True, "answerable": True, "ambiguous": False, "confidence": 0.0, "route": "answer",
+            "reason": "评分器不可用，无法评估证据，按检索顺序作答", "missing": "", "follow_up": "",
+            "method": "unscored"}
 
 
 def offline_grade(top: float, scorer: str) -> dict:
@@ -111,7 +122,7 @@ def grade_context(docs: list[dict]) -> str:
                        for i, d in enumerate(docs[:GRADE_PASSAGES], 1))
 
 
-def model_grade(question: str, item_names: list[str], docs: list[dict], top: float, scorer: str) -> dict | None:
+def model_grade(question: str, item_names: list[str], docs: list[dict], fallback: dict) -> dict | None:
     """One JSON-mode call (None offline); a failed call or an invalid reply falls back to the rule."""
     llm = get_chat_model(json_mode=True)
     if llm is None:
@@ -122,7 +133,7 @@ def model_grade(question: str, item_names: list[str], docs: list[dict], top: flo
         return validate_grade(parse_json_reply(invoke_text(llm, load_prompt("grade_system"), user)))
     except Exception as exc:
         log.warning("grading reply unusable, using the offline rule: %s", exc)
-        return {**offline_grade(top, scorer), "method": f"fallback（{exc}）"}
+        return {**fallback, "method": f"fallback（{exc}）"}
 
 
 def resolve_route(grade: dict, has_evidence: bool, *, sub_question: bool, rewrites_left: int) -> str:
@@ -142,16 +153,15 @@ def resolve_route(grade: dict, has_evidence: bool, *, sub_question: bool, rewrit
 
 def grade_evidence(question: str, item_names: list[str], docs: list[dict], pool: list[dict], *,
                    sub_question: bool = False, rewrites_left: int = 0) -> dict:
-    top, scorer = 0.0, ""
-    if docs:
-        scores, scorer = topic_scores(question, item_names, docs, pool)
-        top = max(scores, default=0.0)
+    scores, scorer = topic_scores(question, item_names, docs, pool) if docs else ([], "")
+    top = max(scores or [], default=0.0)
     if not docs:
         grade = {"relevant": False, "answerable": False, "ambiguous": False, "confidence": 0.0,
                  "route": "no_knowledge", "reason": "没有检索到任何资料", "missing": "", "follow_up": "",
                  "method": "no_evidence"}
     else:
-        grade = model_grade(question, item_names, docs, top, scorer) or offline_grade(top, scorer)
+        fallback = offline_grade(top, scorer) if scores is not None else unscored_grade()
+        grade = model_grade(question, item_names, docs, fallback) or fallback
     judged = grade["route"]
     grade["route"] = resolve_route(grade, bool(docs), sub_question=sub_question, rewrites_left=rewrites_left)
     if grade["route"] != judged:
