@@ -1,4 +1,4 @@
-"""Evidence grading with its one rewrite, measured on the held half of a QA set.
+"""Evidence grading with its one rewrite, and parent sections, measured on the held half of a QA set.
 
     python -m bench.grading --docs PATH... [--qa FILE.jsonl] --out DIR
 
@@ -8,6 +8,10 @@ product of another family (pinned): that manual cannot hold the answer, so the g
 answer it. Figures: hit rate (answerable questions answered with the evidence among the sources),
 answer@evidence (answers that carry the evidence, out of all answers given) and false answers (the
 foreign questions answered anyway), each without grading (every retrieval answered) and with it.
+
+Parent sections (kept only if they win): when two or more kept passages share a parent heading, the
+whole section under it replaces them, if it fits; measured as the share of answerable questions whose
+evidence lies in one source of the context the answer node would build (12,000 characters).
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ import random
 import sys
 import time
 from pathlib import Path
+
+from collections import defaultdict
 
 from bench.common import (
     QA_FILE, RETRIEVAL_OPTIONS, add_data_dir_options, expand_docs, first_relevant_rank, import_docs,
@@ -26,8 +32,12 @@ from graphs.query.evidence import answer_threshold, strip_products
 from graphs.query.graph import build_query_graph
 from graphs.query.product_match import tokens
 from graphs.query.runner import initial_state
+from services.settings import get_settings
+from services.vector_store import eq_filter, get_vector_store
 
 SEED = 13
+SECTION_MIN_HITS = 2
+SECTION_FIELDS = ["chunk_id", "content", "title", "parent_title", "doc_id", "item_name"]
 
 
 def split_questions(questions: list, seed: int = SEED) -> tuple[list, list]:
@@ -86,10 +96,59 @@ def record(q, kind: str, product: str | None = None, expected: set[str] | None =
     run = trace(strip_products(q.question, sorted(expected)) if product else q.question, product)
     first_hit = first_relevant_rank(contents(run["first"]), q.evidence) is not None
     final_hit = first_relevant_rank(contents(run["final"]), q.evidence) is not None
+    budget = get_settings().max_context_chars
+    sections = {}
+    if kind == "answerable":
+        expanded = with_sections(run["first"], budget // 2)
+        sections = {"plain": in_context(run["first"], q.evidence, budget),
+                    "sections": in_context(expanded, q.evidence, budget),
+                    "merged": len(run["first"]) - len(expanded),
+                    "chars_plain": sum(len(d["content"]) for d in run["first"]),
+                    "chars_sections": sum(len(d["content"]) for d in expanded)}
     return {"id": q.id, "kind": kind, "product": product, "branch": run["branch"], "route": run["route"],
             "rewrote": run["rewrote"], "evidence_used": run["evidence_used"], "scorer": run["scorer"],
             "first_top": run["first_top"],
-            "first_hit": kind == "answerable" and first_hit, "final_hit": kind == "answerable" and final_hit}
+            "first_hit": kind == "answerable" and first_hit, "final_hit": kind == "answerable" and final_hit,
+            "sections": sections}
+
+
+def with_sections(docs: list[dict], max_chars: int) -> list[dict]:
+    """Kept passages with every group of SECTION_MIN_HITS+ sharing (document, parent heading)
+    replaced, at its best passage's place, by the whole section (its heading's own passage and every
+    passage under it, in document order) when that fits in `max_chars`."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for d in docs:
+        if d.get("doc_id") and d.get("parent_title"):
+            groups[(d["doc_id"], d["parent_title"])].append(d)
+    store = get_vector_store()
+    out, done = [], set()
+    for d in docs:
+        key = (d.get("doc_id"), d.get("parent_title"))
+        if len(groups.get(key, [])) < SECTION_MIN_HITS:
+            out.append(d)
+            continue
+        if key in done:
+            continue
+        done.add(key)
+        rows = [r for r in store.query(store.chunks, eq_filter("doc_id", key[0]), SECTION_FIELDS)
+                if r["parent_title"] == key[1] or r["title"] == key[1]]
+        text = "\n\n".join(r["content"] for r in sorted(rows, key=lambda r: int(r["chunk_id"])))
+        if len(text) > max_chars:
+            out.extend(groups[key])
+        else:
+            out.append({**d, "title": key[1], "content": text})
+    return out
+
+
+def in_context(docs: list[dict], evidence: list[str], budget: int) -> bool:
+    """Evidence in one source of the context the answer node builds (whole sources within budget)."""
+    shown, used = [], 0
+    for d in docs:
+        if used + len(d["content"]) > budget:
+            break
+        shown.append(d["content"])
+        used += len(d["content"])
+    return first_relevant_rank(shown, evidence) is not None
 
 
 def calibrate(rows: list[dict]) -> dict:
@@ -124,11 +183,21 @@ def figures(rows: list[dict], graded: bool) -> dict:
             "answerable": len(answerable), "foreign": len(foreign)}
 
 
+def section_figures(rows: list[dict]) -> dict:
+    measured = [r["sections"] for r in rows if r["sections"]]
+    n = max(1, len(measured))
+    return {"questions": len(measured), "merged_questions": sum(m["merged"] > 0 for m in measured),
+            "evidence_in_context_plain": round(sum(m["plain"] for m in measured) / n, 4),
+            "evidence_in_context_sections": round(sum(m["sections"] for m in measured) / n, 4),
+            "mean_chars_plain": round(sum(m["chars_plain"] for m in measured) / n),
+            "mean_chars_sections": round(sum(m["chars_sections"] for m in measured) / n)}
+
+
 def report_markdown(report: dict) -> str:
     rows = [[name, f["hit_rate"], f["answer_at_evidence"], f["false_answers"], f["rewrites"]]
             for name, f in (("不评估（每次检索都作答）", report["without_grading"]),
                             ("证据评估＋一次改写", report["with_grading"]))]
-    cal = report["calibration"]
+    cal, sec = report["calibration"], report["parent_sections"]
     return "\n".join([
         "# 证据评估与改写评测", "",
         f"问答集 {report['qa_file']}，固定种子 {SEED} 对半拆分：校准 {report['calibration_questions']} 题，"
@@ -136,6 +205,11 @@ def report_markdown(report: dict) -> str:
         f"校准部分选出的阈值 {cal['threshold']:.4f}（J={cal['youden_j']}，正例 {cal['positives']}、反例 "
         f"{cal['negatives']}）；图中使用的阈值 {report['threshold_in_use']:.4f}。", "",
         md_table(["系统", "命中率", "answer@evidence", "误答率（换成别家产品）", "改写次数"], rows), "",
+        "## 父级章节", "",
+        md_table(["", "证据在上下文中", "平均上下文字数"],
+                 [["只用命中的切片", sec["evidence_in_context_plain"], sec["mean_chars_plain"]],
+                  ["命中 2 个以上同一章节时用整节", sec["evidence_in_context_sections"], sec["mean_chars_sections"]]]),
+        "", f"报告部分 {sec['questions']} 题中 {sec['merged_questions']} 题发生了章节合并。", "",
     ])
 
 
@@ -167,6 +241,7 @@ def run(docs: list[str | Path], qa: str | Path, out: str | Path, data_dir: str |
               "threshold_in_use": answer_threshold(scorer), "scorer": scorer,
               "without_grading": figures(rows["report"], graded=False),
               "with_grading": figures(rows["report"], graded=True),
+              "parent_sections": section_figures(rows["report"]),
               "seconds": round(time.perf_counter() - started, 1), "rows": rows}
     write_json(out / "grading.json", report)
     (out / "grading.md").write_text(report_markdown(report), encoding="utf-8")
