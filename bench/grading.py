@@ -15,7 +15,6 @@ evidence lies in one source of the context the answer node would build (12,000 c
 """
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import time
@@ -24,8 +23,8 @@ from pathlib import Path
 from collections import defaultdict
 
 from bench.common import (
-    QA_FILE, RETRIEVAL_OPTIONS, add_data_dir_options, expand_docs, first_relevant_rank, import_docs,
-    isolated_data_dir, md_table, run_cli, write_json,
+    RETRIEVAL_OPTIONS, docs_qa_args, expand_docs, first_relevant_rank, import_docs, isolated_data_dir, md_table,
+    run_cli, write_json,
 )
 from bench.retrieval import DocIndex, load_qa
 from graphs.query.evidence import answer_threshold, strip_products
@@ -250,12 +249,7 @@ def run(docs: list[str | Path], qa: str | Path, out: str | Path, data_dir: str |
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.grading", description="证据评估与一次改写的评测")
-    parser.add_argument("--docs", nargs="+", required=True, help="要导入的文档或文件夹")
-    parser.add_argument("--qa", default=str(QA_FILE), help="问答集 JSONL（默认 bench/data/qa_corpus.jsonl）")
-    parser.add_argument("--out", required=True, help="报告输出目录")
-    add_data_dir_options(parser)
-    args = parser.parse_args(argv)
+    args = docs_qa_args("python -m bench.grading", "证据评估、一次改写与父级章节的评测", argv)
     return run_cli(lambda: run(args.docs, args.qa, args.out, args.data_dir, args.keep_data), "评测")
 
 
