@@ -20,9 +20,10 @@ from services.object_store import IMAGES_PREFIX, LOCAL_URL_PREFIX, local_images_
 from services.settings import get_settings
 from services.task_store import get_task_store
 from services.vector_store import get_vector_store
-from ui import attachments, chat
+from ui import attachments, chat, sources
 from ui.auth import check_password, configured_users, ensure_auth_secret
 from ui.data_layer import HistoryDataLayer
+from ui.translations import mount_translations
 
 log = logging.getLogger("app")
 
@@ -48,6 +49,7 @@ images_root.mkdir(parents=True, exist_ok=True)
 chainlit_app.router.routes.insert(0, Mount(f"{LOCAL_URL_PREFIX}/{IMAGES_PREFIX}",
                                            app=StaticFiles(directory=images_root), name="kb-images"))
 mount_api(chainlit_app)
+mount_translations(chainlit_app)
 
 
 @cl.on_app_startup
@@ -100,6 +102,7 @@ async def resume(thread: dict) -> None:
     # the thread id is the query graph's session id: follow-ups ("它") see this conversation's history
     cl.user_session.set("session_id", thread["id"])
     await chat.settings_widgets(chat.chat_settings()).send()
+    await sources.restore_source_actions(thread)
 
 
 @cl.on_message
@@ -129,6 +132,11 @@ async def on_message(message: cl.Message) -> None:
 @cl.action_callback(chat.CHOOSE_PRODUCT)
 async def on_choose_product(action: cl.Action) -> None:
     await chat.choose_product(action)
+
+
+@cl.action_callback(sources.OPEN_SOURCE)
+async def on_open_source(action: cl.Action) -> None:
+    await sources.open_source(action)
 
 
 @cl.action_callback(attachments.RENAME_PRODUCT)

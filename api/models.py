@@ -158,6 +158,8 @@ class Chunk(BaseModel):
     title: str
     parent_title: str
     part: int
+    page_start: int = Field(0, description="PDF 切片的起始页（Markdown 为 0）")
+    page_end: int = Field(0, description="PDF 切片的结束页")
     content: str
     images: list[str] = Field(default_factory=list, description="切片里的图片地址")
 

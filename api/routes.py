@@ -52,9 +52,9 @@ router = APIRouter(prefix="/api", tags=["api"], route_class=ApiRoute)
 protected = APIRouter(dependencies=[Depends(require_api_key)], route_class=ApiRoute, responses=ERRORS)
 
 
-@protected.post("/upload", response_model=UploadResponse, summary="上传说明书（PDF / Markdown），后台导入")
+@protected.post("/upload", response_model=UploadResponse, summary="上传说明书（PDF / Word / 网页 / 文本 / Markdown），后台导入")
 @body_limit(upload_body_limit)
-def upload(rt: Runtime, files: Annotated[list[UploadFile], File(description="一个或多个 .pdf / .md 文件")],
+def upload(rt: Runtime, files: Annotated[list[UploadFile], File(description="一个或多个 .pdf / .docx / .html / .txt / .md 文件")],
            product: Annotated[str | None, Form(max_length=200, description="指定商品名（覆盖自动识别）")] = None,
            products: Annotated[str | None, Form(max_length=20000, description='每个文件的产品：JSON 对象 {"文件名": "产品名"}')] = None):
     try:

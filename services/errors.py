@@ -31,6 +31,10 @@ class PdfConversionError(FileProcessingError):
     pass
 
 
+class DocumentConversionError(FileProcessingError):
+    pass
+
+
 class ImageProcessingError(FileProcessingError):
     pass
 

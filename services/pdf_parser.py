@@ -1,11 +1,15 @@
 """PDF -> Markdown with images beside it: MinerU's cloud API when a token is set, else local pymupdf4llm.
 
 Output layout (both backends): `out_dir/{pdf_stem}.md` and `out_dir/images/*`, with image links
-relative to the Markdown file (`images/xxx.jpg`).
+relative to the Markdown file (`images/xxx.jpg`).  Each page's text starts with a page marker line
+(`PAGE_MARKER`, an HTML comment, so Markdown readers hide it), from which chunks learn their pages;
+running headers and footers are left out.
 """
 from __future__ import annotations
 
 import io
+import json
+import math
 import re
 import time
 import zipfile
@@ -26,6 +30,64 @@ HTTP_TIMEOUT_S = 60.0
 MAX_RETRIES = 3
 RETRY_BACKOFF_S = 1.0  # doubled on every retry
 EOF_TAIL_BYTES = 1024
+PAGE_MARKER = "<!-- kb-page: {} -->"  # 1-based page number
+PAGE_MARKER_RE = re.compile(r"<!-- kb-page: (\d+) -->")
+MATCH_KEY_CHARS = 12  # leading characters of a MinerU block looked up in full.md
+
+
+RUNNING_MIN_PAGES = 3
+RUNNING_SHARE = 0.5   # "most pages": at least half of them
+RUNNING_EDGE_LINES = 3  # a running header or footer sits among a page's first or last lines
+RUNNING_MAX_CHARS = 60  # and is short
+HEADING_RE = re.compile(r"^\s*#{1,6}\s+.+")
+EMPHASIS_RE = re.compile(r"\*\*|__|`")
+IMAGE_LINE_RE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
+
+
+def page_marker(page: int) -> str:
+    return PAGE_MARKER.format(page)
+
+
+# --- running headers and footers ---------------------------------------------------------------
+
+def _line_key(line):
+    """A line as compared across pages: no heading or emphasis marks, spaces squeezed; in body
+    text digits alike (so "第 3 页" and "第 4 页" are one footer, while "第3章" headings stay apart).
+    Long lines are body text, never a running line: no key."""
+    heading = HEADING_RE.match(line)
+    key = " ".join(EMPHASIS_RE.sub("", line.strip().lstrip("#")).split()).lower()
+    if len(key) > RUNNING_MAX_CHARS:
+        return ""
+    return key if heading else re.sub(r"\d+", "0", key)
+
+
+def drop_running_lines(text: str) -> str:
+    """Remove running headers and footers: a line among the first or last few of a page that
+    recurs there on most pages of a converted PDF.  Text without page markers is returned as is."""
+    pages = re.split(rf"(?m)^(?={PAGE_MARKER_RE.pattern})", text)
+    marked = [p for p in pages if PAGE_MARKER_RE.match(p)]
+    if len(marked) < RUNNING_MIN_PAGES:
+        return text
+    edges = []  # per page: indexes of its edge lines
+    for page in pages:
+        lines = page.split("\n")
+        content = [i for i, l in enumerate(lines)
+                   if l.strip() and not PAGE_MARKER_RE.fullmatch(l.strip()) and not IMAGE_LINE_RE.fullmatch(l.strip())]
+        edges.append(set(content[:RUNNING_EDGE_LINES] + content[-RUNNING_EDGE_LINES:]))
+    seen = {}
+    for page, idx in zip(pages, edges):
+        lines = page.split("\n")
+        for key in {_line_key(lines[i]) for i in idx}:
+            seen[key] = seen.get(key, 0) + 1
+    need = max(RUNNING_MIN_PAGES, math.ceil(RUNNING_SHARE * len(marked)))
+    running = {k for k, n in seen.items() if k and n >= need}
+    if not running:
+        return text
+    out = []
+    for page, idx in zip(pages, edges):
+        lines = page.split("\n")
+        out.append("\n".join(l for i, l in enumerate(lines) if i not in idx or _line_key(l) not in running))
+    return "".join(out)
 
 
 def _fail(message: str, cause: BaseException | None = None) -> PdfConversionError:
@@ -130,7 +192,7 @@ def _local(pdf_path: Path, out_dir: Path, md_path: Path) -> None:
                 pages[chunk["metadata"]["page"]] = chunk["text"]
     except Exception as exc:
         raise _fail(f"本地 PDF 解析失败：{exc}", exc) from exc
-    md = "\n".join(pages[k] for k in sorted(pages))
+    md = drop_running_lines("\n".join(f"{page_marker(k)}\n\n{pages[k]}" for k in sorted(pages)))
     md = md.replace(f"]({images.as_posix()}/", "](images/")
     md_path.write_text(md, encoding="utf-8")
 
@@ -221,8 +283,60 @@ def _unpack(archive: bytes, out_dir: Path, md_path: Path) -> None:
             if ".." in rel.parts or rel.is_absolute():
                 raise _fail(f"MinerU 结果包含非法路径：{name}")
             if rel.parent.parts[: len(root.parts) + 1] != (*root.parts, "images"):
-                continue  # layout.json, content_list.json, ...: not needed downstream
+                continue  # layout.json, ...: not needed downstream
             target = images.joinpath(*rel.parts[len(root.parts) + 1:])
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(zf.read(name))
-        md_path.write_text(zf.read(md_name).decode("utf-8"), encoding="utf-8")
+        md = zf.read(md_name).decode("utf-8")
+        listing = next((n for n in names if PurePosixPath(n).parent == root
+                        and PurePosixPath(n).name.endswith("content_list.json")), None)
+        if listing:
+            md = drop_running_lines(mark_pages(md, _content_list(zf.read(listing))))
+        md_path.write_text(md, encoding="utf-8")
+
+
+def _content_list(raw: bytes) -> list[dict]:
+    """MinerU's reading-order block list ({type, text | img_path | table_body, page_idx}); an
+    unreadable one only costs the page numbers, never the conversion."""
+    try:
+        blocks = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return []
+    return [b for b in blocks if isinstance(b, dict) and isinstance(b.get("page_idx"), int)] \
+        if isinstance(blocks, list) else []
+
+
+def _block_key(block: dict) -> str:
+    """What of a content_list block full.md shows verbatim: the image file name or its first words."""
+    if block.get("img_path"):
+        return PurePosixPath(str(block["img_path"])).name
+    text = str(block.get("text") or block.get("table_body") or "")
+    return re.sub(r"\s+", " ", text).strip()[:MATCH_KEY_CHARS]
+
+
+def mark_pages(md: str, blocks: list[dict]) -> str:
+    """Insert a page marker before the first line of every page's first block found in `md`.
+
+    Blocks are looked up in reading order from where the last one was found, so a phrase repeated
+    on a later page is never taken for an earlier one; a block not found gives way to the next.
+    """
+    marks: list[tuple[int, int]] = []  # (offset of a line start, page)
+    cursor, page = 0, None
+    for block in blocks:
+        key = _block_key(block)
+        at = md.find(key, cursor) if key else -1
+        if at < 0:
+            continue
+        cursor = at + len(key)
+        if block["page_idx"] + 1 != page:
+            page = block["page_idx"] + 1
+            marks.append((md.rfind("\n", 0, at) + 1, page))
+    if not marks:
+        return md
+    marks[0] = (0, marks[0][1])  # anything before the first block is on its page
+    pieces, last = [], 0
+    for offset, number in marks:
+        pieces += [md[last:offset], f"{page_marker(number)}\n\n"]
+        last = offset
+    pieces.append(md[last:])
+    return "".join(pieces)

@@ -85,7 +85,10 @@ class OfflineReranker(Reranker):
             dv = np.asarray(vectors.get(i, doc.get("dense")), dtype=np.float32)
             cos = float(dv @ qv)
             semantic = min(1.0, max(0.0, (cos - 0.15) / 0.5))
-            scores.append(round(0.4 * semantic + 0.6 * coverage(terms, doc["content"]), 4))
+            # The product name counts as part of every chunk, as in the embedded text: a chunk does
+            # not lose terms of a question naming its product because its heading path omits it.
+            text = f"{doc.get('item_name') or ''}\n{doc['content']}"
+            scores.append(round(0.4 * semantic + 0.6 * coverage(terms, text), 4))
         return scores
 
 

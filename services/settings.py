@@ -89,6 +89,10 @@ class Settings:
     def llm_enabled(self) -> bool:
         return bool(self.openai_api_key)
 
+    @property
+    def web_search_enabled(self) -> bool:
+        return bool(self.mcp_dashscope_base_url)
+
     def replace(self, **changes) -> "Settings":
         return dataclasses.replace(self, **changes)
 

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import codecs
+import functools
+import re
+import unicodedata
 from pathlib import Path
 
 from charset_normalizer import from_bytes
@@ -38,3 +41,25 @@ def read_text(path: Path) -> str:
     except OSError as exc:
         raise FileProcessingError(f"无法读取文件 {path}：{exc}", cause=exc) from exc
     return decode_bytes(raw, Path(path).name)
+
+
+# Unassigned planes 3-13 hold no control or format characters; scanning only the planes that do
+# keeps the one-time cost at a few milliseconds.
+_CONTROL_PLANES = (range(0x0, 0x20000), range(0xE0000, 0xE1000))
+_LINE_BREAKS = re.compile(r"\r\n?|[\u2028\u2029\x85]")
+_PRIVATE_OR_SURROGATE = re.compile("[\ud800-\udfff\ue000-\uf8ff\U000f0000-\U0010ffff]")
+
+
+@functools.lru_cache(maxsize=1)
+def _invisible() -> dict[int, None]:
+    """Control (but tab and newline) and format characters (zero-width, bidi marks, soft hyphen,
+    BOM), as a str.translate table: nothing a reader sees, yet they split words for the index."""
+    return {cp: None for plane in _CONTROL_PLANES for cp in plane
+            if unicodedata.category(chr(cp)) in ("Cc", "Cf") and chr(cp) not in "\t\n"}
+
+
+def sanitize_text(text: str) -> str:
+    """Text as it enters the knowledge base, whatever the format: one line-break convention,
+    Unicode NFC (a decomposed é and a composed é index alike), invisible characters removed."""
+    text = _PRIVATE_OR_SURROGATE.sub("", _LINE_BREAKS.sub("\n", text).translate(_invisible()))
+    return unicodedata.normalize("NFC", text)

@@ -28,7 +28,8 @@ logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
 ITEM_NAMES_TTL_S = 5.0
 MAX_CONTENT_BYTES = 65000  # VARCHAR(65535) is counted in UTF-8 bytes by the server
 INSERT_BATCH = 256  # rows per insert call: keeps each request far below the gRPC message limit
-CHUNK_FIELDS = ["chunk_id", "content", "title", "parent_title", "file_title", "doc_id", "item_name", "part"]
+CHUNK_FIELDS = ["chunk_id", "content", "title", "parent_title", "file_title", "doc_id", "item_name", "part",
+                "page_start", "page_end"]
 ANALYZER = {"tokenizer": "jieba"}
 SIGNATURE_PROPERTY = "kb.embedder"  # collection property: which embedder (and dimension) made it
 
@@ -112,11 +113,16 @@ class VectorStore:
     def _signature(self) -> str:
         return json.dumps({"embedder": self.embedder.name, "dim": self.embedder.dim}, sort_keys=True)
 
-    def _check_signature(self, client: MilvusClient, name: str) -> None:
-        """Refuse a collection another embedder made.  Lite 3 drops the schema description, so the
-        signature lives in a collection property, and the schema's dimension and sparse kind are
-        compared as well (they tell models apart on any backend)."""
+    def _check_signature(self, client: MilvusClient, name: str, fields: list[str]) -> None:
+        """Refuse a collection another embedder made, or one without today's fields (Milvus Lite
+        cannot add a field).  Lite 3 drops the schema description, so the signature lives in a
+        collection property, and the schema's dimension and sparse kind are compared as well (they
+        tell models apart on any backend)."""
         desc = client.describe_collection(name)
+        missing = sorted(set(fields) - {f.get("name") for f in desc.get("fields", [])})
+        if missing:
+            raise ConfigurationError(f"集合 {name} 由旧版本创建，缺少字段 {'、'.join(missing)}。"
+                                     "请换一个 DATA_DIR / 集合名，或删除该集合后重新导入全部文档。")
         made_by = (desc.get("properties") or {}).get(SIGNATURE_PROPERTY) or desc.get("description") or ""
         dense = next((f for f in desc.get("fields", []) if f.get("name") == "dense"), {})
         dim = int((dense.get("params") or {}).get("dim") or 0)
@@ -152,7 +158,7 @@ class VectorStore:
         """Check the collection's signature, or create it: `pk`, the analysed text field (BM25
         reads it offline), the other scalar fields, the dense and the sparse vectors."""
         if client.has_collection(name):
-            self._check_signature(client, name)
+            self._check_signature(client, name, [f for f, _, _ in fields])
             return
         bm25 = self.embedder.sparse_mode == "bm25"
         schema = client.create_schema(auto_id=True, description=self._signature())
@@ -174,6 +180,8 @@ class VectorStore:
             ("title", DataType.VARCHAR, varchar(2048)), ("parent_title", DataType.VARCHAR, varchar(2048)),
             ("file_title", DataType.VARCHAR, varchar(1024)), ("doc_id", DataType.VARCHAR, varchar(256)),
             ("item_name", DataType.VARCHAR, varchar(1024)), ("part", DataType.INT8, {}),
+            ("page_start", DataType.INT16, {"default_value": 0}),  # 0: not from a PDF
+            ("page_end", DataType.INT16, {"default_value": 0}),
         ], {"index_type": "AUTOINDEX"})
         self._ensure(client, self.items, "pk", ("item_name", 1024), [
             ("file_title", DataType.VARCHAR, varchar(1024)), ("doc_id", DataType.VARCHAR, varchar(256)),
@@ -193,6 +201,7 @@ class VectorStore:
     # -- writes ---------------------------------------------------------------------------
     def _chunk_row(self, r: dict) -> dict:
         row = {k: r[k] for k in ("doc_id", "item_name", "part", "dense")}
+        row.update({k: int(r.get(k) or 0) for k in ("page_start", "page_end")})
         row["content"] = clip_utf8(r["content"], MAX_CONTENT_BYTES)
         for k in ("title", "parent_title"):
             row[k] = clip_utf8(r[k], 2000)

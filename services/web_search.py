@@ -34,7 +34,7 @@ class WebSearchResult:
 
 async def web_search(query: str, count: int = 5, settings: Settings | None = None) -> WebSearchResult:
     settings = settings or get_settings()
-    if not settings.mcp_dashscope_base_url:
+    if not settings.web_search_enabled:
         return WebSearchResult("skipped", "未配置联网搜索")
     if not query.strip():
         return WebSearchResult("skipped", "搜索词为空")

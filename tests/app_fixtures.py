@@ -8,6 +8,7 @@ server working in the checkout (a developer's, or another test's) if they shared
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -24,7 +25,8 @@ import pytest
 from conftest import CORPUS_DOCS
 
 ROOT = Path(__file__).resolve().parent.parent
-PRELOADED = CORPUS_DOCS[:3]  # Milk-V Duo / Duo256M / Duo S: near-twins, with their pictures
+# Milk-V Duo / Duo256M / Duo S: near-twins, with their pictures; a PDF manual, for page citations
+PRELOADED = [*CORPUS_DOCS[:3], CORPUS_DOCS[8]]
 IMPORT_TIMEOUT_S = 300
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 15
@@ -35,6 +37,7 @@ class RunningApp:
     url: str
     data_dir: Path
     log_path: Path
+    products: dict[str, str]  # file stem -> product name the import recognised
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
@@ -86,6 +89,8 @@ def running_app(tmp_path_factory) -> Iterator[RunningApp]:
     done = subprocess.run([sys.executable, "-m", "graphs.importing", *map(str, PRELOADED), "--json"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    products = {Path(r["file"]).stem: r["item_name"] for r in results}
     port = free_port()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(
@@ -95,6 +100,6 @@ def running_app(tmp_path_factory) -> Iterator[RunningApp]:
     try:
         url = f"http://127.0.0.1:{port}"
         wait_until_up(url, proc, log_path)
-        yield RunningApp(url=url, data_dir=data_dir, log_path=log_path)
+        yield RunningApp(url=url, data_dir=data_dir, log_path=log_path, products=products)
     finally:
         stop(proc)

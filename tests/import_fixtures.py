@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS
+from services.object_store import local_images_root
 from services.settings import get_settings
 from services.vector_store import eq_filter, get_vector_store
 
@@ -24,6 +25,44 @@ class Killed(BaseException):
 def fresh_data(env, tmp_path):
     """This test's own DATA_DIR (and so its own Milvus file, object folder and task store)."""
     return env(DATA_DIR=str(tmp_path / "data"))
+
+
+@pytest.fixture(scope="module")
+def refusal_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("refusals") / "data"
+
+
+@pytest.fixture
+def refusal_data(env, refusal_dir):
+    """One data dir for every refused file (opening a fresh Milvus file costs ~2 s): nothing may
+    ever be written there, which `nothing_written` checks after each refusal."""
+    return env(DATA_DIR=str(refusal_dir))
+
+
+def nothing_written(result) -> None:
+    """A refused file leaves no chunks, no name rows, no images and no work folder behind."""
+    settings = get_settings()
+    assert result.status == "failed" and result.chunks == 0
+    s = store()
+    assert s.count(s.chunks) == 0 and name_rows() == []
+    images = local_images_root(settings)
+    assert not images.exists() or not any(images.iterdir())
+
+
+def failed_with(result, node: str, *phrases: str) -> None:
+    assert result.status == "failed", result
+    assert result.failed_node == node, (result.failed_node, result.error)
+    for phrase in phrases:
+        assert phrase in result.error, result.error
+
+
+def assert_refused(path: Path, node: str, *phrases: str) -> None:
+    """Importing `path` fails at `node`, saying every phrase, and leaves nothing behind."""
+    from graphs.importing.runner import run_import
+
+    result = run_import(path)
+    failed_with(result, node, *phrases)
+    nothing_written(result)
 
 
 def store():

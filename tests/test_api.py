@@ -38,8 +38,12 @@ def test_openapi_schema_documents_every_endpoint(api):
     schema = api.get("/openapi.json").json()
     paths = schema["paths"]
     assert set(paths) == {"/api/upload", "/api/status/{task_id}", "/api/query", "/api/stream/{session_id}",
-                          "/api/history/{session_id}", "/api/health"}
+                          "/api/history/{session_id}", "/api/health", "/api/products", "/api/products/{name}",
+                          "/api/documents", "/api/documents/{doc_id}", "/api/documents/{doc_id}/chunks",
+                          "/api/reindex"}
     assert set(paths["/api/history/{session_id}"]) == {"get", "delete"}
+    assert set(paths["/api/products/{name}"]) == {"patch", "delete"}
+    assert set(paths["/api/documents/{doc_id}"]) == {"get", "delete"}
     query = schema["components"]["schemas"]["QueryRequest"]
     assert query["required"] == ["query"]
     assert query["properties"]["is_stream"]["default"] is False
@@ -339,11 +343,11 @@ def test_upload_validation_rejects_the_whole_batch(api, env, tmp_path, monkeypat
     settings = env(DATA_DIR=str(tmp_path / "data"), MAX_UPLOAD_MB="1")
     good = ("ok.md", b"# ok\n\ncontent")
     cases = {
-        "不支持的文件类型“.txt”": _files(good, ("notes.txt", b"hello")),
+        "不支持的文件类型“.csv”": _files(good, ("notes.csv", b"hello")),
         "是空的（0 字节）": _files(good, ("empty.md", b"")),
         "超过了 1 MB 的上限": _files(good, ("big.pdf", b"%PDF" + b"0" * (1024 * 1024 + 10))),
         "不支持的文件类型“无扩展名”": _files(("..", b"# dots only")),
-        "一次最多上传 10 个文件": _files(*[good] * 11),
+        "一次最多上传 50 个文件": _files(*[good] * 51),
     }
     for message, files in cases.items():
         reply = api.post("/api/upload", files=files)
@@ -352,7 +356,7 @@ def test_upload_validation_rejects_the_whole_batch(api, env, tmp_path, monkeypat
     missing = api.post("/api/upload", data={"product": "x"})
     assert missing.status_code == 422 and "files：缺少必填字段" in missing.json()["error"]
 
-    over = api.post("/api/upload", files=_files(("huge.pdf", b"0" * (12 * 1024 * 1024))))
+    over = api.post("/api/upload", files=_files(("huge.pdf", b"0" * (52 * 1024 * 1024))))
     assert over.status_code == 413 and "请求体过大" in over.json()["error"]
 
     def refuse(self, path, doc_key):
@@ -373,7 +377,7 @@ def test_a_background_import_that_crashes_is_recorded_as_failed(api, env, tmp_pa
     def crash(*args, **kwargs):
         raise RuntimeError("磁盘已满")
 
-    monkeypatch.setattr(api_uploads, "run_import", crash)
+    monkeypatch.setattr(api_uploads, "import_set", crash)
     task = api.post("/api/upload", files=_files(("crash.md", b"# crash\n\ntext"))).json()["task_ids"][0]
     status = wait_task(api, task)
     assert (status["status"], status["error"]) == ("failed", "导入失败：磁盘已满")

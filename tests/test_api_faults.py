@@ -210,6 +210,48 @@ def test_import_killed_midway_shows_failed_and_a_rerun_matches_a_clean_import(ap
     assert store.count(store.chunks) == clean.chunks  # nothing left over from the killed run
 
 
+def test_import_killed_while_writing_chunks_leaves_registry_and_store_in_agreement(env, tmp_path):
+    """kill -9 between the registry's pending record and its commit, i.e. while chunks are being written."""
+    from graphs.importing import catalog
+    from services.documents import DocumentRegistry
+    from services.history_store import DocumentDatabase
+
+    settings = env(DATA_DIR=str(tmp_path / "data"))
+    big = tmp_path / "e20c-manual.md"
+    body = "Radxa E20C 的这一节说明接口、供电与网络设置，内容足够长，以便切成独立的切片。" * 12
+    big.write_text("# Radxa E20C 网络小主机\n\n" + "".join(f"## 第 {i} 节\n\n{body}\n\n" for i in range(600)),
+                   encoding="utf-8")
+    registry = DocumentRegistry(DocumentDatabase(settings))
+    proc = _import_cli(big, settings.data_dir)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if registry.pending():
+                break
+        except StorageError:  # the other process holds the SQLite lock this instant
+            pass
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    assert registry.pending(), "the import was not caught while writing"
+
+    # what the next start-up does, in a process of its own (Milvus Lite lets one process hold the file)
+    repaired = subprocess.run(
+        [sys.executable, "-c", "import json; from graphs.importing import catalog; from services.documents import "
+         "get_document_registry as r; from services.vector_store import get_vector_store as v; "
+         "catalog.repair(older_than_s=0); print(json.dumps([v().doc_counts(), "
+         "{d['doc_id']: d['chunks'] for d in r().list() if d['status'] == 'ready'}]))"],
+        cwd=ROOT, env={**os.environ, "DATA_DIR": str(settings.data_dir)}, capture_output=True, text=True, timeout=300)
+    counts, records = json.loads(repaired.stdout.strip().splitlines()[-1])
+    assert counts == records and not registry.pending()  # repair alone brings them into agreement
+    rerun = _import_cli(big, settings.data_dir)
+    result = json.loads(rerun.communicate(timeout=300)[0].strip().splitlines()[-1])
+    assert result["status"] == "completed", result["error"]
+    store = get_vector_store(get_settings())
+    assert store.doc_counts() == {d["doc_id"]: d["chunks"] for d in registry.list() if d["status"] == "ready"}
+    assert store.count(store.chunks) == result["chunks"]
+
+
 # --- prompt injection inside a manual ---------------------------------------------------------------------
 
 INJECTED_MANUAL = """# 星火 X1 路由器 使用说明书

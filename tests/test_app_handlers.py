@@ -26,9 +26,11 @@ import app
 import chainlit as cl
 from conftest import CORPUS_DOCS
 from graphs.importing.runner import run_import
+from manual_files import PANEL_PNG, WEB_PRODUCT, WORD_PRODUCT, web_manual, word_manual
 from query_fixtures import model, web  # noqa: F401  (fixtures)
 from services.errors import StorageError
 from services.history_store import get_history_store
+from services.object_store import local_images_root
 from services.settings import get_settings
 from services.task_store import get_task_store
 from services.vector_store import get_vector_store
@@ -119,7 +121,10 @@ class Session:
         return latest
 
     def node_steps(self) -> list[dict]:
-        return [s for s in self.steps().values() if s["name"] in QUERY_LABELS and s["type"] != "assistant_message"]
+        """Query-node steps; `name` is the node's label, `header` what the step's title shows (a
+        skipped node's says why: "联网搜索（已跳过：…）")."""
+        steps = [{**s, "header": s["name"], "name": s["name"].split("（已跳过：")[0]} for s in self.steps().values()]
+        return [s for s in steps if s["name"] in QUERY_LABELS and s["type"] != "assistant_message"]
 
     def replies(self) -> list[dict]:
         return [s for s in self.steps().values() if s["type"] == "assistant_message"]
@@ -165,7 +170,13 @@ def answer_of(s: Session) -> dict:
 async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_of):
     s = Session()
     await s.start()
-    assert s.session.chat_settings == {"web_search": True, "hyde": True, "show_sources": True}
+    # offline: the switches of absent backends are off, and cannot be turned on
+    assert s.session.chat_settings == {"web_search": False, "hyde": False, "show_sources": True}
+    widgets = {w["id"]: w for _, n, d in s.emitter.events if n == "chat_settings" for w in d}
+    for key, why in (("web_search", "未配置联网搜索服务"), ("hyde", "未配置大模型")):
+        assert widgets[key]["initial"] is False and widgets[key]["disabled"] is True
+        assert widgets[key]["description"].startswith(why)
+    assert widgets["show_sources"]["initial"] is True and not widgets["show_sources"]["disabled"]
     await s.send("Milk-V Duo 的 GPIO 引脚分配是怎样的？")
 
     steps = s.node_steps()
@@ -181,6 +192,10 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
     assert "| # | 标题 | 产品 | 分数 |" in by_name["向量检索"] and product_of["duo"] in by_name["向量检索"]
     assert by_name["HyDE 检索"].startswith("⏭️ 已跳过：未配置大模型")
     assert by_name["联网搜索"].startswith("⏭️ 已跳过：") and "未配置" in by_name["联网搜索"]
+    headers = {st["name"]: st["header"] for st in steps}
+    assert headers["联网搜索"] == "联网搜索（已跳过：未配置联网搜索）"
+    assert headers["HyDE 检索"].startswith("HyDE 检索（已跳过：未配置大模型")
+    assert headers["精排"] == "精排"  # a node that ran keeps its plain name
     assert "评分器" in by_name["精排"] and "截断位置：第" in by_name["精排"]
     assert by_name["证据评估"].startswith("可以回答") and "评估方式：`offline`" in by_name["证据评估"]
     assert all(st.get("end") for st in steps)
@@ -188,13 +203,16 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
     reply = answer_of(s)
     assert reply["parentId"] == run["id"]
     assert s.tokens(reply["id"]) or any(n == "stream_start" and d["id"] == reply["id"] for _, n, d in s.emitter.events)
-    assert "**来源**：[1] " in reply["output"]
+    assert "**来源**：点击下方按钮查看原文" in reply["output"]
     elements = s.elements(reply["id"])
     images = [e for e in elements if e["type"] == "image"]
-    texts = [e for e in elements if e["type"] == "text"]
     assert images and all(e["url"].startswith("/kb-files/upload-images/") and e["display"] == "inline" for e in images)
-    assert texts and all(e["display"] == "side" and e["name"] in reply["output"] for e in texts)
-    assert sorted(t["name"].split("]")[0] for t in texts)[0] == "[1"
+    # sources are chips under the answer; nothing is sent for the side panel until one is clicked
+    assert not [e for _, n, e in s.emitter.events if n == "element" and e.get("display") == "side"]
+    chips = [a for a in s.actions("open_source") if a["forId"] == reply["id"]]
+    assert chips and chips[0]["label"].startswith(f"[1] duo · ")
+    assert len({c["label"] for c in chips}) == len(chips)  # no two read alike
+    assert reply["metadata"]["sources"] == [c["payload"] for c in chips]  # kept for a resumed thread
 
     # the pictures load from the app's own image route, inserted before Chainlit's catch-all
     transport = httpx.ASGITransport(app=app.chainlit_app)
@@ -223,7 +241,14 @@ async def test_model_answer_streams_token_by_token_with_web_sources(model, web, 
     web_sources = [line for line in reply["output"].split("　") if "example.com" in line]
     assert web_sources and "[Duo S 烧录教程](https://example.com/duos)" in web_sources[0]  # links out
     assert not [e for e in s.elements(reply["id"]) if "烧录教程" in e["name"]]  # no side panel for web pages
-    assert all(e["name"] in reply["output"] for e in s.elements(reply["id"]) if e["type"] == "text")
+    # the model's [n] is source n: local chips and web links share one numbering, as in its prompt
+    chips = [int(a["label"][1:].split("]")[0]) for a in s.actions("open_source") if a["forId"] == reply["id"]]
+    linked = [int(line.split("]")[0].lstrip("[")) for line in web_sources]
+    assert chips and sorted(chips + linked) == list(range(1, len(chips) + len(linked) + 1))
+    prompt = model.requests("answer")[-1]["messages"][-1]["content"]
+    for n in chips[:2]:
+        payload = next(a["payload"] for a in s.actions("open_source") if a["label"].startswith(f"[{n}] "))
+        assert f"[{n}][source=local][chunk_id={payload['chunk_id']}]" in prompt
 
 
 async def test_comparison_shows_each_sub_question_as_a_nested_step(product_of):
@@ -260,17 +285,127 @@ async def test_a_failing_node_is_marked_and_the_reply_says_so(product_of, monkey
     assert reply["output"].startswith("❌ 抱歉，这次没能回答：") and "测试注入" in reply["output"]
 
 
-async def test_hidden_sources_and_switched_off_branches(corpus_results):
+async def test_hidden_sources_and_switched_off_branches(model, web, corpus_results):
     s = Session()
     await s.start()
+    widgets = {w["id"]: w for _, n, d in s.emitter.events if n == "chat_settings" for w in d}
+    assert all(w["initial"] and not w["disabled"] for w in widgets.values())  # every backend configured
     s.session.chat_settings.update(web_search=False, hyde=False, show_sources=False)
     await s.send("Milk-V Duo 怎么烧录系统镜像？")
     outputs = {st["name"]: st["output"] for st in s.node_steps()}
     assert outputs["联网搜索"].startswith("⏭️ 已跳过：已在设置中关闭联网搜索")
     assert outputs["HyDE 检索"].startswith("⏭️ 已跳过：已在设置中关闭 HyDE")
+    assert web.calls == []
     reply = answer_of(s)
     assert "来源" not in reply["output"]
-    assert not [e for e in s.elements(reply["id"]) if e["type"] == "text"]
+    assert not s.actions("open_source") and not (reply.get("metadata") or {}).get("sources")
+
+
+async def test_a_switch_without_its_backend_stays_off(corpus_results):
+    s = Session()
+    await s.start()
+    s.session.chat_settings.update(web_search=True, hyde=True)  # as a stored thread may say
+    await s.send("Milk-V Duo 怎么烧录系统镜像？")
+    headers = {st["name"]: st["header"] for st in s.node_steps()}
+    assert headers["联网搜索"] == "联网搜索（已跳过：未配置联网搜索）"
+    assert headers["HyDE 检索"].startswith("HyDE 检索（已跳过：未配置大模型")
+
+
+# -- sources: chips that open the original ----------------------------------------------------
+BTT_V3 = CORPUS_DOCS[8]
+
+
+def sidebar(s: Session) -> list[tuple[str, dict]]:
+    """What the side panel was told to show, in order: ("elements", {...}) and ("title", text)."""
+    out = []
+    for _, n, d in s.emitter.events:
+        if n == "set_sidebar_elements":
+            out.append(("elements", d))
+        elif n == "set_sidebar_title":
+            out.append(("title", d))
+    return out
+
+
+async def ask_for_chips(s: Session, question: str) -> tuple[dict, list[dict]]:
+    await s.start()
+    await s.send(question)
+    reply = answer_of(s)
+    return reply, [a for a in s.actions("open_source") if a["forId"] == reply["id"]]
+
+
+async def test_a_pdf_chip_opens_the_original_at_its_page(product_of):
+    s = Session()
+    reply, chips = await ask_for_chips(s, f"{product_of[BTT_V3.stem]} 的主板固件怎么更新？")
+    assert chips and sidebar(s) == []  # closed until clicked
+    chip = chips[0]
+    page = chip["payload"]["page_start"]
+    assert page >= 1 and f"· 第 {page}" in chip["label"] and chip["label"].startswith(f"[1] {BTT_V3.stem} · ")
+    await s.click(chip)
+    (_, shown), (_, title) = sidebar(s)
+    (pdf,) = shown["elements"]
+    assert (pdf["type"], pdf["display"], pdf["page"], pdf["forId"]) == ("pdf", "page", page, "")
+    assert title == chip["label"] == pdf["name"]
+    file = s.session.files[pdf["chainlitKey"]]  # a session file: served only to this session's user
+    assert Path(file["path"]).read_bytes() == BTT_V3.read_bytes()
+    # another chip replaces what the panel shows, opened at that chip's page
+    other = chips[-1]
+    await s.click(other)
+    again = [d for kind, d in sidebar(s) if kind == "elements"][-1]
+    assert [e["page"] for e in again["elements"]] == [other["payload"]["page_start"] or 1]
+    assert again["key"] == str(other["payload"]["chunk_id"])
+
+
+async def test_a_markdown_chip_shows_its_section(product_of):
+    s = Session()
+    reply, chips = await ask_for_chips(s, "Milk-V Duo 的 GPIO 引脚分配是怎样的？")
+    chip = chips[0]
+    assert chip["payload"]["page_start"] == 0 and "第" not in chip["label"].split(" · ", 1)[1]
+    await s.click(chip)
+    (_, shown), _ = sidebar(s)
+    (text,) = shown["elements"]
+    assert (text["type"], text["display"]) == ("text", "page")
+    body = Path(s.session.files[text["chainlitKey"]]["path"]).read_text(encoding="utf-8")
+    stored = get_vector_store().query(get_vector_store().chunks, f"chunk_id == {int(chip['payload']['chunk_id'])}",
+                                      ["content"])[0]["content"]
+    assert body.startswith("**文件**：duo") and body.endswith(stored)
+
+
+async def test_a_pdf_chip_without_its_original_shows_the_passage_and_says_why(product_of, monkeypatch):
+    s = Session()
+    reply, chips = await ask_for_chips(s, f"{product_of[BTT_V3.stem]} 的主板固件怎么更新？")
+    monkeypatch.setattr("ui.sources.get_document_registry", lambda: type("Empty", (), {"get": lambda self, _: None})())
+    await s.click(chips[0])
+    (_, shown), _ = sidebar(s)
+    (text,) = shown["elements"]
+    body = Path(s.session.files[text["chainlitKey"]]["path"]).read_text(encoding="utf-8")
+    assert text["type"] == "text" and body.startswith("> ⚠️ 原始 PDF 无法打开：知识库中没有这份说明书的原件记录")
+    assert "**章节**：" in body
+
+
+async def test_a_resumed_thread_gets_its_chips_back(product_of):
+    first = Session()
+    reply, chips = await ask_for_chips(first, "Milk-V Duo 的 GPIO 引脚分配是怎样的？")
+    # the thread as the data layer hands it back: its steps as they were sent
+    stored = {"id": first.thread_id, "name": "旧对话", "metadata": {}, "steps": list(first.steps().values())}
+    later = Session(thread_id=first.thread_id)
+    await later.run(config.code.on_chat_resume, stored)
+    restored = later.actions("open_source")
+    assert [(a["label"], a["forId"]) for a in restored] == [(c["label"], c["forId"]) for c in chips]
+
+
+async def test_footer_and_step_headers_say_what_is_configured(env):
+    async def translation() -> dict:
+        transport = httpx.ASGITransport(app=app.chainlit_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            res = await client.get("/project/translations", params={"language": "en-US"})
+        assert res.status_code == 200
+        return res.json()["translation"]
+    offline = await translation()
+    assert "模型" not in offline["chat"]["watermark"] and "摘录" in offline["chat"]["watermark"]
+    assert offline["chat"]["messages"]["status"]["used"] == ""  # no "已使用" before a skipped step's name
+    assert offline["chat"]["messages"]["status"]["using"] == "使用中"  # the rest is Chainlit's zh-CN text
+    env(OPENAI_API_KEY="sk-test", LLM_DEFAULT_MODEL="qwen-plus")
+    assert "大模型 qwen-plus" in (await translation())["chat"]["watermark"]
 
 
 async def test_ambiguous_question_buttons_pin_the_product(product_of):
@@ -331,7 +466,7 @@ async def test_starters_follow_the_knowledge_base(product_of, own_data):
 # -- attachments ----------------------------------------------------------------------------
 async def test_unsupported_too_big_and_empty_files_are_refused(own_data, tmp_path, env):
     env(MAX_UPLOAD_MB=1)
-    notes = tmp_path / "notes.txt"
+    notes = tmp_path / "notes.csv"
     notes.write_text("不是说明书", encoding="utf-8")
     empty = tmp_path / "empty.md"
     empty.write_bytes(b"")
@@ -341,16 +476,16 @@ async def test_unsupported_too_big_and_empty_files_are_refused(own_data, tmp_pat
     await s.start()
     await s.send("", [notes, empty, big])
     messages = {m["output"].split("》")[0]: m["output"] for m in await s.wait_imports(3)}
-    assert "不支持的文件类型“.txt”" in messages["❌ 《notes.txt"]
+    assert "不支持的文件类型“.csv”" in messages["❌ 《notes.csv"]
     assert "是空的（0 字节）" in messages["❌ 《empty.md"]
     assert "超过了 1 MB 的上限" in messages["❌ 《big.md"]
     assert not list((get_settings().data_dir / "uploads").rglob("*.*"))  # nothing kept
     assert get_vector_store().count() == 0
     # a thread opened by files alone gets a name for the sidebar
     named = [d for _, n, d in s.emitter.events if n == "first_interaction"]
-    assert named == [{"interaction": "导入：notes.txt、empty.md、big.md", "thread_id": s.thread_id}]
+    assert named == [{"interaction": "导入：notes.csv、empty.md、big.md", "thread_id": s.thread_id}]
     thread = await HistoryDataLayer().get_thread(s.thread_id)
-    assert thread and thread["name"] == "导入：notes.txt、empty.md、big.md"
+    assert thread and thread["name"] == "导入：notes.csv、empty.md、big.md"
 
 
 async def test_import_then_question_and_rename(own_data, product_of):
@@ -392,6 +527,29 @@ async def test_import_then_question_and_rename(own_data, product_of):
     await s.send("", [DUO256M])
     await s.wait_imports(3)
     assert store.count() == chunks and len(store.item_names()) == 1
+
+
+async def test_word_and_web_attachments_answer_with_their_pictures(own_data, tmp_path):
+    docx = word_manual(tmp_path / "c21.docx")
+    page = web_manual(tmp_path / "c22.html", local_picture=PANEL_PNG.name)
+    s = Session()
+    await s.start()
+    await s.send(f"{WORD_PRODUCT}的控制面板是什么样的？", [docx, page])
+    messages = await s.wait_imports(2)
+    done = {m["output"].split("》")[0]: m["output"] for m in messages}
+    word, web = done["✅ 《c21.docx"], done["✅ 《c22.html"]
+    assert f"商品名：**{WORD_PRODUCT}**" in word and "图片：2 张" in word
+    assert f"商品名：**{WEB_PRODUCT}**" in web and "图片：1 张" in web  # the embedded one; panel.png stayed behind
+    updates = [d["output"] for _, n, d in s.emitter.events if n == "update_message"]
+    assert any("✅ 文档转 Markdown　Word 文档 → c21.md：标题 4 个，表格 1 个，图片 2 张" in u for u in updates)
+    assert any("✅ 文档转 Markdown　网页 → c22.md：标题 4 个，表格 1 个，图片 1 张" in u for u in updates)
+    await s.wait_for(lambda: "来源" in answer_of(s)["output"])
+    reply = answer_of(s)
+    images = [e for e in s.elements(reply["id"]) if e["type"] == "image"]
+    assert images and all(e["url"].startswith("/kb-files/upload-images/c21-") for e in images), images
+    # the app serves the session's data dir; this test's own store holds the picture itself
+    stored = local_images_root(get_settings()) / images[0]["url"].split("/upload-images/", 1)[1]
+    assert stored.read_bytes() == PANEL_PNG.read_bytes()
 
 
 def manual_pdf(path: Path) -> Path:
@@ -500,10 +658,13 @@ def test_upload_settings_take_manuals_only_up_to_the_cap():
     def upload(name: str, mime: str, size: int = 10) -> UploadFile:
         return UploadFile(io.BytesIO(b"x"), filename=name, size=size, headers=Headers({"content-type": mime}))
     for name, mime in [("a.md", "text/markdown"), ("a.md", "application/octet-stream"),
-                       ("a.PDF", "application/pdf"), ("a.markdown", "text/x-markdown")]:
+                       ("a.PDF", "application/pdf"), ("a.markdown", "text/x-markdown"),
+                       ("a.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
+                       ("a.docx", "application/octet-stream"), ("a.html", "text/html"), ("a.HTM", "text/html"),
+                       ("a.txt", "text/plain")]:
         validate_file_upload(upload(name, mime))
-    for name, mime in [("a.txt", "text/plain"), ("a.exe", "application/octet-stream"),
-                       ("a.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document")]:
+    for name, mime in [("a.csv", "text/csv"), ("a.exe", "application/octet-stream"), ("a.doc", "application/msword"),
+                       ("a.js", "text/javascript"), ("a.html", "text/plain")]:
         with pytest.raises(ValueError, match="File type not allowed"):
             validate_file_upload(upload(name, mime))
     with pytest.raises(ValueError, match="File size too large"):

@@ -1,8 +1,9 @@
 """A person in a real browser: headless Chromium (Debian's, driven by Playwright) against the running app.
 
 Upload a manual and watch it import; ask and see one step per node, the streamed answer and a
-picture that loads; pick a product from the buttons; get refused for a wrong file type; come back
-to the earlier conversation from the sidebar and follow up with "它". Screenshots: artifacts/browser/.
+picture that loads; see a footer and switches that say what is configured; open a PDF answer's
+source chip at its page; pick a product from the buttons; get refused for a wrong file type; come
+back to the earlier conversation from the sidebar and follow up with "它". Screenshots: artifacts/browser/.
 """
 from __future__ import annotations
 
@@ -139,6 +140,44 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
             await rerank.scroll_into_view_if_needed()
             await shot(page, "03b-rerank-step")
 
+            # -- offline, the UI says so: no model in the footer, the web-search switch off and why
+            footer = page.locator(".watermark")
+            await expect(footer).to_contain_text("摘录自已导入的说明书")
+            assert "模型" not in await footer.inner_text()
+            web_step = page.locator(NODE_STEPS).filter(has_text="联网搜索").first
+            await expect(web_step).to_contain_text("联网搜索（已跳过：未配置联网搜索）")
+            assert "已使用" not in await web_step.inner_text()
+            await page.click("#chat-settings-open-modal")
+            web_switch = page.locator("#web_search")
+            await expect(web_switch).to_have_attribute("aria-checked", "false")
+            await expect(web_switch).to_be_disabled()
+            await expect(page.get_by_text("未配置联网搜索服务（MCP_DASHSCOPE_BASE_URL），无法开启")).to_be_visible()
+            await shot(page, "03c-settings-offline")
+            await page.keyboard.press("Escape")
+            await expect(web_switch).to_have_count(0)
+
+            # -- a PDF answer: its chip names file, page and heading; the side panel opens on a click only
+            pdf_product = running_app.products[CORPUS_DOCS[8].stem]
+            first_step_ms.append(await ask(page, f"{pdf_product} 的主板固件怎么更新？"))
+            pdf_answer = page.locator(REPLIES).filter(has_text="来源").last
+            chip = pdf_answer.get_by_role("button").filter(has_text=f"[1] {CORPUS_DOCS[8].stem} · 第 ").first
+            await expect(chip).to_be_enabled()  # shown, and the run is over
+            label = (await chip.inner_text()).strip()
+            cited = int(label.split("第 ", 1)[1].split(" ")[0].split("–")[0])
+            assert label.startswith("[1] ") and 1 <= cited <= 9, label
+            await page.wait_for_timeout(500)  # time for a panel that would open by itself
+            await expect(page.locator("#side-view-title")).to_have_count(0)
+            await shot(page, "03d-pdf-answer-closed-panel")
+            await chip.click()
+            await expect(page.locator("#side-view-title")).to_contain_text(label)
+            viewer = page.locator("#side-view-content")
+            await expect(viewer).to_contain_text(f"{cited} / 9")  # the PDF viewer's page counter
+            shown_page = viewer.locator(f'.react-pdf__Page[data-page-number="{cited}"]')
+            await expect(shown_page.locator(".react-pdf__Page__textContent")).not_to_be_empty()  # rendered
+            await shot(page, "03e-pdf-opened-at-page")
+            await page.locator("#side-view-title button").click()
+            await expect(page.locator("#side-view-title")).to_have_count(0)
+
             # -- an ambiguous question between near-twins: pick one with a button
             steps_before = await page.locator(NODE_STEPS).count()
             first_step_ms.append(await ask(page, "Milk-V 的开发板怎么烧录系统？"))
@@ -156,8 +195,8 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
             await shot(page, "05-chosen-product")
 
             # -- a file the knowledge base cannot take
-            notes = tmp_path / "购物清单.txt"
-            notes.write_text("牛奶、鸡蛋", encoding="utf-8")
+            notes = tmp_path / "购物清单.csv"  # .txt is a manual format now
+            notes.write_text("牛奶,鸡蛋", encoding="utf-8")
             await page.set_input_files("#upload-button-input", str(notes))
             await expect(page.get_by_text("不支持的文件类型")).to_be_visible()
             await shot(page, "06-unsupported-file")

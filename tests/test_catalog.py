@@ -180,3 +180,17 @@ def test_a_crash_between_the_writes_is_repaired(env, tmp_path, monkeypatch):
     assert run_import(doc).status == "completed"
     agree()
     assert not get_document_registry().pending()
+
+
+def test_an_api_upload_of_a_site_export_keeps_its_folders_for_recognition(env, tmp_path, api):
+    env(DATA_DIR=str(tmp_path / "data"))
+    pages = sorted(DOCS.rglob("*.md"))
+    files = [("files", (str(p.relative_to(DOCS)), p.read_bytes())) for p in pages]
+    tasks = api.post("/api/upload", files=files).json()["task_ids"]
+    done = [wait_task(api, t, timeout=300) for t in tasks]
+    assert all(d["status"] == "completed" for d in done), [d["error"] for d in done if d["error"]]
+    truth = manifest()
+    got = {str(p.relative_to(DOCS)): d["item_name"] for p, d in zip(pages, done)}
+    assert got == truth
+    # nothing was stored under the client's folder names
+    assert not list((tmp_path / "data" / "uploads").rglob("compute-module"))

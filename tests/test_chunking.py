@@ -72,7 +72,7 @@ def test_unclosed_fence_runs_to_end():
 def test_no_heading_is_one_section_titled_wu_biaoti(mode):
     chunks = split_markdown("只有正文，没有标题。\n\n第二段。", "说明书", mode=mode)
     assert chunks == [{"title": NO_TITLE, "content": f"{NO_TITLE}\n\n只有正文，没有标题。\n\n第二段。",
-                       "parent_title": NO_TITLE, "part": 1}]
+                       "parent_title": NO_TITLE, "part": 1, "page_start": 0, "page_end": 0}]
     assert titles(split_markdown("", "说明书", mode=mode)) == [NO_TITLE]
 
 
@@ -136,29 +136,30 @@ PARA = sentences(20)  # ~560 chars: a section this long is never merged into its
 
 
 def test_smart_titles_carry_the_heading_path():
-    text = f"# Duo 快速上手\n{PARA}\n## 烧录镜像\n{PARA}\n### 使用 Windows\n{PARA}\n## **引脚**：\n{PARA}"
+    text = (f"# Duo 快速上手\n{PARA}\n## 烧录镜像\n{PARA}\n### 使用 Windows\n{PARA}\n## **引脚**：\n{PARA}"
+            f"\n# 附录\n{PARA}")
     chunks = split_markdown(text, "duo", mode="smart")
     assert titles(chunks) == ["Duo 快速上手", "Duo 快速上手 > 烧录镜像",
-                              "Duo 快速上手 > 烧录镜像 > 使用 Windows", "Duo 快速上手 > 引脚"]
+                              "Duo 快速上手 > 烧录镜像 > 使用 Windows", "Duo 快速上手 > 引脚", "附录"]
     assert [c["parent_title"] for c in chunks] == ["duo", "Duo 快速上手", "Duo 快速上手 > 烧录镜像",
-                                                  "Duo 快速上手"]
+                                                  "Duo 快速上手", "duo"]
     assert all(c["content"].startswith(c["title"] + "\n\n") for c in chunks)
 
 
 @pytest.mark.parametrize("label", ["注意", "说明：", "Warning!", "**提示**", "Note"])
 def test_smart_keeps_callout_headings_inline(label):
-    text = f"# 安装\n{PARA}\n### {label}\n不要带电插拔模块。\n## 接线\n{PARA}"
+    text = f"# 安装\n{PARA}\n### {label}\n不要带电插拔模块。\n## 接线\n{PARA}\n# 维护\n{PARA}"
     smart = split_markdown(text, "doc", mode="smart")
-    assert titles(smart) == ["安装", "安装 > 接线"]
+    assert titles(smart) == ["安装", "安装 > 接线", "维护"]
     assert f"### {label}\n不要带电插拔模块。" in smart[0]["content"]
-    assert len(split_markdown(text, "doc", mode="seed")) == 3  # the seed rule breaks there
+    assert len(split_markdown(text, "doc", mode="seed")) == 4  # the seed rule breaks there
 
 
 def test_smart_merges_tiny_children_into_their_parent_heading():
     text = (f"# Duo\n{PARA}\n## 上手指南\n### 安装系统\n请参考：启动章节。\n### USB 网络的使用\n"
-            f"请参考：设置章节。\n## 引脚分配\n{sentences(68)}")  # fills a chunk alone
+            f"请参考：设置章节。\n## 引脚分配\n{sentences(68)}\n# 附录\n{PARA}")  # 引脚分配 fills a chunk alone
     chunks = split_markdown(text, "duo", mode="smart")
-    assert titles(chunks) == ["Duo", "Duo > 上手指南", "Duo > 引脚分配"]
+    assert titles(chunks) == ["Duo", "Duo > 上手指南", "Duo > 引脚分配", "附录"]
     guide = chunks[1]["content"]
     assert guide.startswith("Duo > 上手指南\n\n### 安装系统\n\n请参考：启动章节。")
     assert "### USB 网络的使用\n\n请参考：设置章节。" in guide
@@ -231,7 +232,8 @@ def test_corpus_files(path, mode):
 
     assert chunks
     for c in chunks:
-        assert set(c) == {"title", "content", "parent_title", "part"}
+        assert set(c) == {"title", "content", "parent_title", "part", "page_start", "page_end"}
+        assert c["page_start"] == c["page_end"] == 0  # Markdown has no pages
         assert isinstance(c["part"], int) and c["part"] >= 1 and c["title"] and c["parent_title"]
         assert c["content"].split("\n\n", 1)[0] == re.sub(r"-\d+$", "", c["title"])  # title prefix
         assert len(c["content"]) <= 2000
@@ -269,3 +271,78 @@ def test_conformance_checker_passes():
 def test_conformance_adapter_is_the_seed_rule():
     text = "前言\n# A\n## B\nx"
     assert conformance_split(text, "f") == split_markdown(text, "f", mode="seed")
+
+
+# --- pages, heading levels, titles that say nothing -------------------------------
+
+def page(n):
+    return f"<!-- kb-page: {n} -->"
+
+
+def test_chunks_carry_the_pages_their_text_lies_on():
+    long_ = [sentences(25, f"页{n}句") for n in range(5)]  # a section this long is never merged
+    text = (f"{page(1)}\n\n# 一、安装\n\n{long_[1]}\n\n{page(2)}\n\n{long_[2]}\n\n{page(3)}\n\n# 二、使用\n\n"
+            f"{long_[3]}\n\n{page(4)}\n\n# 三、维护\n\n{long_[4]}")
+    chunks = split_markdown(html_to_markdown(text), "手册")
+    assert titles(chunks) == ["一、安装", "二、使用", "三、维护"]
+    assert [(c["page_start"], c["page_end"]) for c in chunks] == [(1, 2), (3, 3), (4, 4)]
+    assert not any("kb-page" in c["content"] for c in chunks)
+    assert chunks[0]["content"] == f"一、安装\n\n{long_[1]}\n\n{long_[2]}"
+
+
+def test_a_chunk_starting_mid_page_takes_that_page():
+    body = "\n\n".join(sentences(20, f"段{p}句") for p in range(6))  # ~3400 chars: cut in two
+    chunks = split_markdown(f"{page(5)}\n\n# 参数\n\n{body}\n\n{page(6)}\n\n尾段。", "手册")
+    assert [c["part"] for c in chunks] == [1, 2]
+    assert [(c["page_start"], c["page_end"]) for c in chunks] == [(5, 5), (5, 6)]
+
+
+def test_numbered_siblings_share_a_level_though_their_marks_differ():
+    text = (f"# 一、简介\n{PARA}\n## 1. 特点\n{PARA}\n## 2. 参数\n{PARA}\n# 二、接口\n{PARA}\n"
+            f"## 三、固件\n{PARA}\n### 1. 获取\n{PARA}\n### 2. 更新\n{PARA}\n### 四、注意事项\n{PARA}")
+    assert titles(split_markdown(text, "doc")) == [
+        "一、简介", "一、简介 > 1. 特点", "一、简介 > 2. 参数", "二、接口", "三、固件", "三、固件 > 1. 获取",
+        "三、固件 > 2. 更新", "四、注意事项"]
+
+
+def test_a_restarted_numbering_still_nests():
+    text = f"# 2. 安装\n{PARA}\n## 1. 下载\n{PARA}\n## 2. 解压\n{PARA}\n# 3. 使用\n{PARA}"
+    assert titles(split_markdown(text, "doc")) == ["2. 安装", "2. 安装 > 1. 下载", "2. 安装 > 2. 解压", "3. 使用"]
+
+
+def test_a_cover_title_block_folds_into_the_first_chapter():
+    text = (f"# **BIGTREETECH**\n## **SKR MINI E3 V3.0**\n![](images/cover.jpg)\n### 主板使用说明书\n\n"
+            f"#### 一、主板简介\n{PARA}\n#### 二、指示灯\n{PARA}")
+    chunks = split_markdown(text, "SKR 手册")
+    assert titles(chunks) == ["一、主板简介", "二、指示灯"]
+    assert chunks[0]["content"].startswith(
+        "一、主板简介\n\nBIGTREETECH\nSKR MINI E3 V3.0\n![](images/cover.jpg)\n主板使用说明书\n\n")
+    assert {c["parent_title"] for c in chunks} == {"SKR 手册"}
+
+
+def test_a_lone_top_heading_heads_only_its_own_text():
+    text = f"# 前言\n本手册介绍产品。\n## 安全\n{PARA}\n## 安装\n{PARA}\n### 接线\n{PARA}"
+    chunks = split_markdown(text, "手册", min_len=10)
+    assert titles(chunks) == ["前言", "安全", "安装", "安装 > 接线"]
+    assert chunks[0]["content"] == "前言\n\n本手册介绍产品。"
+    assert titles(split_markdown(text, "手册", min_len=10, mode="seed")) == ["前言", "安全", "安装", "接线"]
+
+
+def test_two_top_headings_keep_their_children():
+    text = f"# 前言\n{PARA}\n## 约定\n{PARA}\n# 安装\n{PARA}\n## 接线\n{PARA}"
+    assert titles(split_markdown(text, "手册")) == ["前言", "前言 > 约定", "安装", "安装 > 接线"]
+
+
+@pytest.mark.parametrize("heading", ["## 1.", "## （二）", "## ***", "## 3.2"])
+def test_a_heading_of_bare_numbers_is_text_of_its_section(heading):
+    text = f"# 安装\n{PARA}\n{heading}\n步骤说明。\n# 使用\n{PARA}"
+    chunks = split_markdown(text, "手册")
+    assert titles(chunks) == ["安装", "使用"]
+    assert f"{heading}\n步骤说明。" in chunks[0]["content"]
+
+
+def test_a_manual_shorter_than_a_chunk_keeps_its_title_over_all_of_it():
+    text = "# 电水壶说明\n## 加热\n按下加热键。\n## 除垢\n加入白醋煮沸。"
+    (chunk,) = split_markdown(text, "kettle")
+    assert chunk["title"] == "电水壶说明"
+    assert chunk["content"] == "电水壶说明\n\n## 加热\n\n按下加热键。\n\n## 除垢\n\n加入白醋煮沸。"

@@ -10,8 +10,9 @@ import pytest
 import services.vector_store as vector_store
 from conftest import CORPUS
 from graphs.importing.runner import run_import
-from import_fixtures import (  # noqa: F401 - fresh_data is a fixture
-    Killed, assert_consistent, doc_chunks, fresh_data, name_rows, store, write_md,
+from import_fixtures import (  # noqa: F401 - fresh_data, refusal_data and refusal_dir are fixtures
+    Killed, assert_consistent, assert_refused, doc_chunks, failed_with, fresh_data, name_rows, nothing_written,
+    refusal_data, refusal_dir, store, write_md,
 )
 from services.embeddings import get_embedder
 from services.object_store import local_images_root
@@ -44,37 +45,8 @@ LONG_MANUAL = "# 苏伯尓 C21 电磁炉\n\n" + "".join(
     for i in range(1, 6))
 
 
-@pytest.fixture(scope="module")
-def refusal_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("refusals") / "data"
-
-
-@pytest.fixture
-def refusal_data(env, refusal_dir):
-    """One data dir for every refused file (opening a fresh Milvus file costs ~2 s): nothing may
-    ever be written there, which `nothing_written` checks after each refusal."""
-    return env(DATA_DIR=str(refusal_dir))
-
-
-def nothing_written(result) -> None:
-    """A refused file leaves no chunks, no name rows, no images and no work folder behind."""
-    settings = get_settings()
-    assert result.status == "failed" and result.chunks == 0
-    s = store()
-    assert s.count(s.chunks) == 0 and name_rows() == []
-    images = local_images_root(settings)
-    assert not images.exists() or not any(images.iterdir())
-
-
-def failed_with(result, node: str, *phrases: str) -> None:
-    assert result.status == "failed", result
-    assert result.failed_node == node, (result.failed_node, result.error)
-    for phrase in phrases:
-        assert phrase in result.error, result.error
-
-
 @pytest.mark.parametrize("name, data, node, phrases", [
-    ("说明书.docx", b"PK\x03\x04 not supported", "node_entry", ["不支持的文件类型", ".docx", "PDF", "Markdown"]),
+    ("表格.xlsx", b"PK\x03\x04 not supported", "node_entry", ["不支持的文件类型", ".xlsx", "PDF", "Word", "Markdown"]),
     ("README", b"text", "node_entry", ["不支持的文件类型", "无扩展名"]),
     ("空文件.md", b"", "node_entry", ["空的", "0 字节"]),
     ("空文件.PDF", b"", "node_entry", ["空的", "0 字节"]),
@@ -86,9 +58,7 @@ def failed_with(result, node: str, *phrases: str) -> None:
 def test_refused_files(refusal_data, tmp_path, name, data, node, phrases):
     path = tmp_path / name
     path.write_bytes(data)
-    result = run_import(path)
-    failed_with(result, node, *phrases)
-    nothing_written(result)
+    assert_refused(path, node, *phrases)
 
 
 def test_missing_file_and_empty_path(refusal_data, tmp_path):

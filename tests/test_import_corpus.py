@@ -19,6 +19,7 @@ from import_fixtures import (  # noqa: F401 - fresh_data is a fixture
 )
 from services.object_store import LOCAL_URL_PREFIX, local_objects_root
 from services.settings import get_settings
+from services.vector_store import eq_filter
 
 MD_DOCS = [p for p in CORPUS_DOCS if p.suffix == ".md"]
 PDF_DOCS = [p for p in CORPUS_DOCS if p.suffix == ".pdf"]
@@ -118,6 +119,22 @@ def test_pdfs_yield_text_and_images(corpus_results):
         assert "SKR MINI E3" in text and "/kb-files/upload-images/" in text
 
 
+def test_pdf_chunks_are_stored_with_their_pages(corpus_results):
+    from graphs.query.retrieval import search_chunks
+    fields = ["title", "page_start", "page_end"]
+    for path in CORPUS_DOCS:
+        r = corpus_results[path.stem]
+        rows = store().query(store().chunks, eq_filter("doc_id", r.doc_id), fields)
+        if path.suffix == ".pdf":
+            assert all(1 <= c["page_start"] <= c["page_end"] <= r.pages for c in rows), path.name
+            assert not any(re.search(r"BIG ?TREE ?TECH", c["title"], re.I) for c in rows), path.name
+        else:
+            assert all(c["page_start"] == c["page_end"] == 0 for c in rows), path.name
+    v3 = corpus_results["BTT SKR MINI E3 V3.0使用手册"]
+    hits = search_chunks("主板固件怎么更新", [v3.item_name])
+    assert hits and all(h["page_start"] >= 1 for h in hits)
+
+
 def test_near_twins_get_distinct_names(product_of):
     groups = [("duo", "duo256m", "duos"), ("m01_mf1_v1_get_started", "m02_mf1_v2_get_started"),
               ("BTT SKR MINI E3 V2.0使用手册", "BTT SKR MINI E3 V3.0使用手册")]
@@ -177,8 +194,8 @@ def test_cli_reports_each_file_and_fails_after_trying_all(tmp_path):
     folder = tmp_path / "docs"
     write_md(folder / "a_blank.md", "  \n\n  ")  # sorts first: must not stop the others
     shutil.copyfile(CORPUS / "sipeed-mf" / "zh_CN" / "m01_mf1_v1_get_started.md", folder / "b_good.md")
-    write_md(folder / "notes.txt", "不是说明书")  # not importable: a folder walk skips it
-    unsupported = write_md(tmp_path / "表格.docx", "x")
+    write_md(folder / "notes.csv", "不是说明书")  # not importable: a folder walk skips it
+    unsupported = write_md(tmp_path / "表格.xlsx", "x")
     missing = tmp_path / "不存在的文件夹"
     env = {**os.environ, "DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "graphs.importing", str(folder), str(unsupported), str(missing), "--json",
@@ -186,7 +203,7 @@ def test_cli_reports_each_file_and_fails_after_trying_all(tmp_path):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert [Path(r["file"]).name for r in lines] == ["a_blank.md", "b_good.md", "表格.docx", missing.name]
+    assert [Path(r["file"]).name for r in lines] == ["a_blank.md", "b_good.md", "表格.xlsx", missing.name]
     blank, good, docx, gone = lines
     assert blank["status"] == "failed" and "没有任何文字内容" in blank["error"]
     assert good["status"] == "completed" and good["chunks"] > 0 and good["item_name"] == "Sipeed MF1"

@@ -25,6 +25,7 @@ from graphs.importing.runner import run_import
 from import_fixtures import (  # noqa: F401 - fresh_data is a fixture
     TINY_HIDDEN, assert_consistent, doc_chunks, fresh_data, name_rows, store, write_md, write_tiny_models,
 )
+from manual_files import PANEL_PNG, WORD_PRODUCT, word_manual
 from services.embeddings import BgeM3Embedder, get_embedder
 from services.errors import ConfigurationError
 from services.object_store import get_object_store
@@ -211,6 +212,22 @@ def test_captions_come_from_the_vision_model(fresh_data, llm, tmp_path):
     assert "未配置视觉模型" not in summary
 
 
+def test_word_pictures_are_captioned_like_markdown_ones(fresh_data, llm, tmp_path):
+    llm.add_rule(CAPTION_PROMPT, "电磁炉控制面板特写")
+    llm.add_rule(NAME_PROMPT, WORD_PRODUCT)
+    result = run_import(word_manual(tmp_path / "c21.docx"))
+    assert result.status == "completed", result.error
+    vision = requests_with(llm, CAPTION_PROMPT)
+    assert len(vision) == result.images_uploaded == 2
+    image = next(p for p in vision[0]["messages"][-1]["content"] if p["type"] == "image_url")["image_url"]["url"]
+    assert base64.b64decode(image.split(",", 1)[1]) == PANEL_PNG.read_bytes()
+    prompt = user_text(vision[0])
+    before, after = prompt.split("下文")
+    assert "“c21”" in prompt and "避免烫伤和触电" in before and "图 1 控制面板" in after
+    content = "\n".join(c["content"] for c in doc_chunks(result.doc_id))
+    assert content.count("![电磁炉控制面板特写](/kb-files/upload-images/") == 2
+
+
 def test_a_failing_caption_falls_back_and_the_import_goes_on(fresh_data, llm, tmp_path):
     llm.add_rule(CAPTION_PROMPT, "", status=500)
     llm.add_rule(NAME_PROMPT, "Sipeed MF0 模块")
@@ -288,7 +305,7 @@ def test_product_name_prompt_holds_the_first_three_chunks(fresh_data, llm, tmp_p
 
 def test_latin_product_name_stays_on_one_line(fresh_data, llm, tmp_path):
     llm.add_rule(NAME_PROMPT, "Milk-V\nDuo\t S")
-    result = run_import(write_md(tmp_path / "duo.md", "# Duo\n\nA tiny RISC-V board.\n"))
+    result = run_import(write_md(tmp_path / "duo.md", "# Duo S\n\nMilk-V Duo S, a tiny RISC-V board.\n"))
     assert result.item_name == "Milk-V Duo S"
     assert_consistent()
 
@@ -388,3 +405,24 @@ def test_images_go_to_s3_and_reimport_cleans_the_prefix(env, fresh_data, s3_serv
     assert httpx.get(stale, timeout=10).status_code in (403, 404)  # cleaned before re-upload
     assert all(httpx.get(url, timeout=10).status_code == 200 for url in urls)
     assert not (get_settings().data_dir / "objects").exists()  # nothing went to the local store
+
+
+def test_a_chunk_collection_without_page_fields_is_refused(fresh_data):
+    """Milvus Lite cannot add a field to a collection: an old one is named, never written half-way."""
+    from pymilvus import DataType, MilvusClient
+
+    from services.vector_store import VectorStore
+
+    settings = get_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    old = MilvusClient(uri=settings.milvus_uri)
+    schema = old.create_schema(auto_id=True)
+    schema.add_field("chunk_id", DataType.INT64, is_primary=True)
+    schema.add_field("content", DataType.VARCHAR, max_length=100)
+    schema.add_field("dense", DataType.FLOAT_VECTOR, dim=get_embedder(settings).dim)
+    old.create_collection(settings.chunks_collection, schema=schema)
+    old.close()
+    store = VectorStore(settings, get_embedder(settings))
+    with pytest.raises(ConfigurationError, match="由旧版本创建，缺少字段 .*page_end、page_start"):
+        store.open()
+    store.close()

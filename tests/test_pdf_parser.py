@@ -184,3 +184,133 @@ def test_mineru_unreachable(tmp_path, monkeypatch):
     settings = Settings(data_dir=tmp_path, mineru_api_token="t", mineru_base_url="http://127.0.0.1:9/api/v4")
     with pytest.raises(PdfConversionError, match="无法连接 MinerU"):
         pdf_to_markdown(tmp_path / "a.pdf", tmp_path / "out", settings=settings)
+
+
+# --- pages, running headers and heading levels (what the chunks are built from) ---------------
+
+CHAPTERS = ["一、安全须知", "二、产品概览", "三、安装步骤", "四、网络配置", "五、日常维护", "六、故障排除"]
+HEADER = "ACME 智能插座 用户手册"
+
+
+def _paragraph(chapter: str, page: int) -> list[str]:
+    return [f"{chapter}第{page}页第{i}行：插座额定电压 220V，请勿超载使用，连接前请断开电源。" for i in range(14)]
+
+
+def _manual(path: Path, heading_sizes: list[int]) -> Path:
+    """A generated manual unlike the BTT ones: a small running header in the top margin, a page
+    number footer ("第 N 页 / 共 M 页") and one chapter per page, headed in the given font size."""
+    doc = pymupdf.open()
+    for n, (chapter, size) in enumerate(zip(CHAPTERS, heading_sizes), 1):
+        page = doc.new_page(width=595, height=842)
+        page.insert_text((60, 40), HEADER, fontsize=9, fontname="china-s")
+        page.insert_text((60, 100), chapter, fontsize=size, fontname="china-s")
+        y = 140
+        for line in _paragraph(chapter, n):
+            page.insert_text((60, y), line, fontsize=11, fontname="china-s")
+            y += 20
+        page.insert_text((260, 810), f"第 {n} 页 / 共 {len(CHAPTERS)} 页", fontsize=9, fontname="china-s")
+    doc.save(path)
+    return path
+
+
+def _chunks(md_path: Path) -> list[dict]:
+    from graphs.importing.chunking import html_to_markdown, split_markdown
+    return split_markdown(html_to_markdown(md_path.read_text(encoding="utf-8")), md_path.stem)
+
+
+def test_generated_manual_chunks_know_their_pages_and_lose_header_and_footer(tmp_path, local_settings):
+    pdf = _manual(tmp_path / "插座手册.pdf", [18] * len(CHAPTERS))
+    md_path = pdf_to_markdown(pdf, tmp_path / "out", local_settings)
+    md = md_path.read_text(encoding="utf-8")
+    assert [int(n) for n in pdf_parser.PAGE_MARKER_RE.findall(md)] == list(range(1, len(CHAPTERS) + 1))
+    text = "".join(page.get_text() for page in pymupdf.open(pdf))
+    assert text.count(HEADER) == text.count("页 / 共") == len(CHAPTERS)  # in the PDF, on every page
+    assert HEADER not in md and "页 / 共" not in md
+    chunks = _chunks(md_path)
+    assert [c["title"] for c in chunks] == CHAPTERS
+    assert [(c["page_start"], c["page_end"]) for c in chunks] == [(n, n) for n in range(1, len(CHAPTERS) + 1)]
+    for n, c in enumerate(chunks, 1):
+        assert _paragraph(CHAPTERS[n - 1], n)[-1] in c["content"]  # the chapter's text, whole
+        assert HEADER not in c["content"] and "页 / 共" not in c["content"]
+        assert "kb-page" not in c["content"]
+
+
+def page(n):
+    return pdf_parser.page_marker(n)
+
+
+def test_running_header_and_footer_lines_are_dropped_but_body_repeats_stay():
+    body = "\n".join(f"第{i}段：检查电源适配器输出是否为 5V。" * 2 for i in range(3))
+    pages = [f"{page(n)}\n\n###### **ACME TECH**\n\n# 第{n}章 主题{n}\n\n{body}\n\n重要：断电操作。\n\n{body}\n\n"
+             f"- {n} -" for n in range(1, 6)]
+    kept = pdf_parser.drop_running_lines("\n".join(pages))
+    assert "ACME" not in kept and not re.search(r"- \d -", kept)
+    assert [int(n) for n in re.findall(r"^# 第(\d)章", kept, re.M)] == [1, 2, 3, 4, 5]  # numbered: not alike
+    assert kept.count("重要：断电操作。") == 5  # repeated, yet mid-page body text
+
+
+def test_running_lines_need_most_of_at_least_three_pages():
+    two = f"{page(1)}\n\n页眉\n\n# 甲\n\n正文一\n\n{page(2)}\n\n页眉\n\n# 乙\n\n正文二"
+    assert pdf_parser.drop_running_lines(two) == two
+    some = "\n".join(f"{page(n)}\n\n{'页眉' if n < 3 else ''}\n\n# {name}\n\n{name}的说明。"
+                     for n, name in enumerate("甲乙丙丁戊己庚", 1))
+    assert pdf_parser.drop_running_lines(some) == some  # on 2 of 7 pages
+
+
+def test_sibling_chapters_set_in_drifting_font_sizes_stay_siblings(tmp_path, local_settings):
+    pdf = _manual(tmp_path / "drift.pdf", [20, 20, 20, 20, 16, 16])  # 五、六 set smaller, as in the BTT manuals
+    md = pdf_to_markdown(pdf, tmp_path / "out", local_settings)
+    levels = [len(m) for m in re.findall(r"^(#+) [五六]、", md.read_text(encoding="utf-8"), re.M)]
+    assert levels and min(levels) > 1  # the converter does give them a deeper level
+    chunks = _chunks(md)
+    assert [c["title"] for c in chunks] == CHAPTERS
+    assert {c["parent_title"] for c in chunks} == {"drift"}
+
+
+@needs_corpus
+@pytest.mark.parametrize("pdf", BTT, ids=lambda p: p.stem)
+def test_btt_chunks_have_pages_and_no_running_header(pdf, tmp_path, local_settings):
+    chunks = _chunks(pdf_to_markdown(pdf, tmp_path / "out", local_settings))
+    pages = page_count(pdf)
+    for c in chunks:
+        assert not re.search(r"BIG ?TREE ?TECH", c["title"], re.I), c["title"]
+        assert "BIG TREE TECH" not in c["content"] and "Shenzhen BIGTREE technology" not in c["content"]
+        assert 1 <= c["page_start"] <= c["page_end"] <= pages
+    by_title = {c["title"].split("-")[0]: c for c in chunks}
+    assert by_title["一、主板简介"]["page_start"] == 1  # the cover folds into the first chapter
+    assert "SKR MINI E3" in by_title["一、主板简介"]["content"]
+    assert by_title["五、主板固件说明"]["parent_title"] == pdf.stem  # not a child of 四、
+    assert by_title["五、主板固件说明"]["page_start"] == pages - 1
+    assert [c["page_start"] for c in chunks] == sorted(c["page_start"] for c in chunks)
+
+
+@needs_corpus
+def test_mineru_page_index_marks_pages(tmp_path, mineru_settings):
+    with FakeMinerU(token="tok") as server:
+        md_path = pdf_to_markdown(V3, tmp_path / "out", settings=mineru_settings(server))
+    md = md_path.read_text(encoding="utf-8")
+    assert [int(n) for n in pdf_parser.PAGE_MARKER_RE.findall(md)] == list(range(1, page_count(V3) + 1))
+    pages = re.split(r"<!-- kb-page: \d+ -->", md)[1:]
+    for page, segment in zip(pymupdf.open(V3), pages):  # each page's own text follows its marker
+        own = max((l.strip() for l in page.get_text().splitlines() if "BIG" not in l.upper()), key=len)
+        assert own[:20] in segment, page.number
+    assert "Shenzhen BIGTREE" not in md  # the fake puts the running header first on every page
+    chunks = _chunks(md_path)
+    assert chunks and all(1 <= c["page_start"] <= c["page_end"] <= page_count(V3) for c in chunks)
+    assert not any("Shenzhen BIGTREE" in c["title"] or "Shenzhen BIGTREE" in c["content"] for c in chunks)
+
+
+@needs_corpus
+def test_mineru_result_without_page_index_still_converts(tmp_path, mineru_settings):
+    with FakeMinerU(token="tok", mode="no_content_list") as server:
+        md = pdf_to_markdown(V3, tmp_path / "out", settings=mineru_settings(server)).read_text(encoding="utf-8")
+    assert "主板" in md and not pdf_parser.PAGE_MARKER_RE.search(md)
+
+
+def test_page_markers_skip_blocks_missing_from_full_md():
+    md = "# 标题\n\n第一页正文\n\n# 第二章\n\n第二页正文"
+    blocks = [{"type": "text", "text": "标题", "page_idx": 0}, {"type": "text", "text": "不在 full.md 里", "page_idx": 1},
+              {"type": "text", "text": "第二章", "page_idx": 1}, {"type": "text", "text": "第二页正文", "page_idx": 1}]
+    assert pdf_parser.mark_pages(md, blocks) == (
+        "<!-- kb-page: 1 -->\n\n# 标题\n\n第一页正文\n\n<!-- kb-page: 2 -->\n\n# 第二章\n\n第二页正文")
+    assert pdf_parser.mark_pages(md, []) == md

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS
+from import_fixtures import fresh_data  # noqa: F401 (fixture)
 from graphs.importing import iter_import_files
 from graphs.importing.recognition import is_valid_name, plan_set
 
@@ -103,3 +104,29 @@ def test_a_proposed_name_must_be_one_the_documents_use():
     assert not is_valid_name("复位", [page])                       # no model word at all
     assert not is_valid_name("quick-start", [page], {"quick-start"})  # the file stem
     assert not is_valid_name("0f3b9c2a7d1e4b5f8a6c", [page])       # a hash
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("# 华为 AX3 Pro 路由器\n## 复位\n\n长按 RESET 键 5 秒，AX3 Pro 恢复出厂设置。\n", "华为 AX3 Pro 路由器"),
+    ("# HEAD-10K 控制器\n## 标题 0\n\nHEAD-10K 控制器接线如下。HEAD-10K 支持 24V。\n", "HEAD-10K 控制器"),
+    ("# BIGTREETECH\n## SKR MINI E3 V2.0\n### 主板使用说明书\n\nSKR MINI E3 V2.0 主板参数。\n",
+     "BIGTREETECH SKR MINI E3 V2.0 主板"),
+])
+def test_a_single_manual_is_named_by_its_title_block_not_its_sections(tmp_path, text, expected):
+    from graphs.importing.nodes.item_name import offline_item_name
+
+    path = tmp_path / "manual.md"
+    path.write_text(text, encoding="utf-8")
+    assert offline_item_name(text, [], path.stem, path) == expected
+
+
+def test_a_manual_titled_with_a_generic_noun_is_named_by_the_model_it_writes(fresh_data, tmp_path):
+    from graphs.importing import run_import
+
+    doc = tmp_path / "owner-manual.md"
+    doc.write_text("# 汽车使用手册\n\n欢迎您选择 AITO M9。本手册介绍 M9 汽车的驾驶与保养。\n\n## 蓝牙电话\n\n"
+                   "M9 的中控屏可以连接蓝牙电话：打开蓝牙，选择车辆名称配对。\n\n## 充电\n\nM9 支持快充。\n",
+                   encoding="utf-8")
+    result = run_import(doc)
+    assert result.status == "completed", result.error
+    assert result.item_name == "AITO M9", result.item_name

@@ -8,11 +8,16 @@ from chainlit.utils import utc_now
 
 from graphs.query.product_match import rank_products
 from graphs.query.runner import astream_query
-from ui.format import STEP_TYPES, source_name, source_text, sources_line, step_output, sub_question_output
+from services.settings import get_settings
+from ui.format import STEP_TYPES, sources_line, step_output, sub_question_output
+from ui.sources import chip_payloads, source_actions
 
 CHOOSE_PRODUCT = "choose_product"
 MAX_PRODUCT_BUTTONS = 8
 DEFAULT_SETTINGS = {"web_search": True, "hyde": True, "show_sources": True}
+# Why a switch cannot be on: its backend is not configured.
+UNAVAILABLE = {"web_search": "未配置联网搜索服务（MCP_DASHSCOPE_BASE_URL），无法开启",
+               "hyde": "未配置大模型（OPENAI_API_KEY），无法使用 HyDE"}
 
 
 def session_id() -> str:
@@ -20,18 +25,30 @@ def session_id() -> str:
     return cl.user_session.get("session_id") or context.session.thread_id
 
 
+def available() -> dict[str, bool]:
+    """Which switches can be on: their backend is configured."""
+    settings = get_settings()
+    return {"web_search": settings.web_search_enabled, "hyde": settings.llm_enabled, "show_sources": True}
+
+
 def chat_settings() -> dict:
-    return {**DEFAULT_SETTINGS, **(cl.user_session.get("chat_settings") or {})}
+    """The switches as they take effect: the user's choice, off wherever the backend is absent."""
+    can = available()
+    values = {**DEFAULT_SETTINGS, **(cl.user_session.get("chat_settings") or {})}
+    return {k: bool(v) and can.get(k, True) for k, v in values.items()}
 
 
 def settings_widgets(values: dict) -> cl.ChatSettings:
+    can = available()
+
+    def switch(key: str, label: str, description: str) -> Switch:
+        return Switch(id=key, label=label, initial=bool(values[key]) and can[key], disabled=not can[key],
+                      description=description if can[key] else UNAVAILABLE[key])
+
     return cl.ChatSettings([
-        Switch(id="web_search", label="联网搜索", initial=bool(values["web_search"]),
-               description="同时检索网页（需要配置 MCP 联网搜索服务）"),
-        Switch(id="hyde", label="HyDE 检索", initial=bool(values["hyde"]),
-               description="先让大模型写一段假设答案再检索（需要配置大模型）"),
-        Switch(id="show_sources", label="显示来源", initial=bool(values["show_sources"]),
-               description="在回答下方列出引用的说明书片段"),
+        switch("web_search", "联网搜索", "同时检索网页（MCP 联网搜索服务）"),
+        switch("hyde", "HyDE 检索", "先让大模型写一段假设答案再检索"),
+        switch("show_sources", "显示来源", "在回答下方列出引用的说明书片段，点击可查看原文"),
     ])
 
 
@@ -93,6 +110,8 @@ class AnswerView:
             step = self.steps.get(node)
             if step is None:
                 return
+            if event.get("status") == "skipped":  # the header says so, not only the output
+                step.name = f"{event.get('label') or step.name}（已跳过：{event.get('summary') or '未运行'}）"
             self.running[node] = max(0, self.running.get(node, 1) - 1)
             self.outputs.setdefault(node, []).append(step_output(event))
             step.output = "\n\n".join(self.outputs[node])
@@ -142,13 +161,15 @@ class AnswerView:
             sources = final.get("sources") or []
             if self.show_sources and sources:
                 parts.append(sources_line(sources))
-                elements += [cl.Text(name=source_name(s), content=source_text(s), display="side")
-                             for s in sources if s.get("source") != "web"]
+                # chips, not side elements: Chainlit opens its side panel for every side element sent
+                chips = chip_payloads(sources)
+                message.actions = source_actions(chips)
+                message.metadata = {**(message.metadata or {}), "sources": chips}
         parts += [f"> ⚠️ {w}" for w in final.get("warnings") or []]
         message.content = "\n\n".join(p for p in parts if p)
         message.elements = elements
         await self.show(message)
-        if message.actions:
+        if final.get("branch") in ("ask", "refuse") and message.actions:
             actions = cl.user_session.get("product_actions") or {}
             actions[message.id] = message.actions
             cl.user_session.set("product_actions", actions)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from graphs.importing import PATH_SEP
+
 # Step type per query node (Chainlit / Literal step types).
 STEP_TYPES = {
     "node_item_name_confirm": "tool",
@@ -25,7 +27,8 @@ STEP_TYPES = {
 ROUTE_NAMES = {"answer": "作答", "rewrite": "改写后再检索", "clarify": "向用户追问", "no_knowledge": "回答“不知道”"}
 BRANCH_NAMES = {"confirmed": "已确认产品", "ask": "需要用户选择产品", "refuse": "知识库中没有相关产品"}
 HIT_ROWS = 10
-SOURCE_NAME_CHARS = 40
+SOURCE_FILE_CHARS = 30
+SOURCE_SECTION_CHARS = 30
 
 
 DIRECTIVE = re.compile(r":(?=[A-Za-z])")
@@ -139,29 +142,56 @@ def step_output(event: dict) -> str:
     return "\n".join(lines)
 
 
-def source_name(source: dict) -> str:
-    """Side-element name, also written into the answer so that the UI links it: `[1] 标题`."""
-    title = (source.get("title") or source.get("file_title") or "资料").replace("\n", " ").strip()
-    if len(title) > SOURCE_NAME_CHARS:
-        title = title[:SOURCE_NAME_CHARS] + "…"
-    return f"[{source['index']}] {title}"
+def pages_text(source: dict) -> str:
+    """"第 3 页" / "第 3–4 页", or "" for a source that is not from a PDF."""
+    start, end = int(source.get("page_start") or 0), int(source.get("page_end") or 0)
+    if start <= 0:
+        return ""
+    return f"第 {start} 页" if end <= start else f"第 {start}–{end} 页"
 
 
-def source_text(source: dict) -> str:
-    meta = [f"**文件**：{source.get('file_title') or '—'}", f"**标题**：{source.get('title') or '—'}",
-            f"**产品**：{source.get('item_name') or '—'}", f"**相关度**：{float(source.get('score') or 0):.4f}"]
-    return "\n\n".join(meta) + "\n\n---\n\n" + (source.get("content") or "")
+def section_text(source: dict) -> str:
+    """The source's place in its document: the last two headings of its path, without a part number."""
+    path = re.sub(r"-\d+$", "", (source.get("title") or "").replace("\n", " ").strip()).split(PATH_SEP)
+    return PATH_SEP.join(p.strip() for p in path[-2:] if p.strip())
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def source_label(source: dict) -> str:
+    """What a source chip says, `[n] 文件 · 第 N 页 · 标题`: the number the answer cites, and enough
+    to tell two chips apart (file and page, or file and section)."""
+    file_title = (source.get("file_title") or "资料").strip()
+    parts = [clip(file_title, SOURCE_FILE_CHARS)]
+    section = section_text(source)
+    parts += [p for p in (pages_text(source), clip(section, SOURCE_SECTION_CHARS)) if p and p != file_title]
+    return f"[{source['index']}] " + " · ".join(parts)
+
+
+def source_text(source: dict, content: str) -> str:
+    """A Markdown source as the side panel shows it: where it is, then its section's text."""
+    meta = [f"**文件**：{source.get('file_title') or '—'}", f"**章节**：{section_text(source) or '—'}",
+            f"**产品**：{source.get('item_name') or '—'}"]
+    return "\n\n".join(meta) + "\n\n---\n\n" + content
 
 
 def sources_line(sources: list[dict]) -> str:
-    """The answer's source list: local sources by element name, web sources as links out."""
-    parts = []
-    for s in sources:
-        if s.get("source") == "web":
-            parts.append(f"[{s['index']}] [{cell(s.get('title')) or s.get('url')}]({s.get('url')})")
-        else:
-            parts.append(source_name(s))
-    return "**来源**：" + "　".join(parts) if parts else ""
+    """The answer's source line: local sources are the chips under it, web sources link out."""
+    if not sources:
+        return ""
+    web = [f"[{s['index']}] [{cell(s.get('title')) or s.get('url')}]({s.get('url')})"
+           for s in sources if s.get("source") == "web"]
+    chips = ["点击下方按钮查看原文"] if any(s.get("source") != "web" for s in sources) else []
+    return "**来源**：" + "　".join(chips + web)
+
+
+def footer_text(llm_enabled: bool, model: str) -> str:
+    """The line under the input box: says who writes the answers, as configured."""
+    if llm_enabled:
+        return f"回答由大模型 {plain(model)} 依据已导入的说明书生成，可能有误，请点开来源核对原文。"
+    return "回答直接摘录自已导入的说明书，点开来源可查看原文。"
 
 
 class ImportProgress:

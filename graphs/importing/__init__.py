@@ -3,6 +3,7 @@
 The public front door: the CLI, the chat, the HTTP API and the benchmarks import through these names
 and never reach into node modules.
 """
+from graphs.importing.chunking import PATH_SEP
 from graphs.importing.files import (
     MAX_FILES, SUPPORTED, StagedFile, UploadRejected, discard, doc_identity, iter_import_files, safe_filename,
     stage_uploads, validate_file,
@@ -12,6 +13,6 @@ from graphs.importing.runner import ImportResult, import_set, run_import
 
 __all__ = [
     "catalog",
-    "MAX_FILES", "SUPPORTED", "ImportResult", "StagedFile", "UploadRejected", "discard", "doc_identity",
+    "MAX_FILES", "PATH_SEP", "SUPPORTED", "ImportResult", "StagedFile", "UploadRejected", "discard", "doc_identity",
     "import_set", "iter_import_files", "run_import", "safe_filename", "stage_uploads", "validate_file",
 ]

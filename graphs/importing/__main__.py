@@ -14,8 +14,8 @@ HOW = {"named": "文中写明", "folder": "按文件夹", "set": "按整组文�
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphs.importing", description="导入说明书（PDF / Markdown）到知识库")
-    parser.add_argument("paths", nargs="+", help="文件或文件夹（递归查找 .pdf / .md）")
+    parser = argparse.ArgumentParser(prog="python -m graphs.importing", description="导入说明书（PDF / Word / 网页 / 文本 / Markdown）到知识库")
+    parser.add_argument("paths", nargs="+", help="文件或文件夹（递归查找 .pdf / .docx / .html / .txt / .md）")
     parser.add_argument("--product", help="指定商品名（覆盖自动识别，所有文件同一个产品）")
     parser.add_argument("--group", choices=["folder", "content"], default="folder",
                         help="一组文档的产品识别：folder 参考文件夹结构（默认），content 只看文档内容")
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     if loose:
         sets.append((loose, None))
     if not any(files for files, _ in sets):
-        print("没有找到可导入的 .pdf / .md 文件", file=sys.stderr)
+        print("没有找到可导入的 .pdf / .docx / .html / .txt / .md 文件", file=sys.stderr)
         return 2
     failed = 0
     for files, root in sets:

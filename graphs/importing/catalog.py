@@ -57,7 +57,8 @@ def document_chunks(doc_id: str) -> list[dict]:
     """The document's chunks as stored: heading path, text, pictures."""
     document(doc_id)
     return [{"chunk_id": r["chunk_id"], "title": r.get("title", ""), "parent_title": r.get("parent_title", ""),
-             "part": r.get("part", 1), "content": r["content"], "images": IMAGE_URL.findall(r["content"])}
+             "part": r.get("part", 1), "page_start": r.get("page_start", 0), "page_end": r.get("page_end", 0),
+             "content": r["content"], "images": IMAGE_URL.findall(r["content"])}
             for r in get_vector_store().doc_rows(doc_id)]
 
 

@@ -3,13 +3,19 @@
 Pipeline for a manual: ``html_to_markdown`` (documentation sites leave HTML/MDX inside Markdown) then
 ``split_markdown``: heading sections -> long sections cut by RecursiveCharacterTextSplitter -> short
 neighbours merged.  ``mode="seed"`` is the spec's rule verbatim; ``mode="smart"`` (default) keeps
-callout headings inline, titles chunks with their heading path and merges tiny sibling sections.
+callout and empty headings inline, titles chunks with their heading path, merges tiny sibling
+sections, keeps numbered siblings at one level and lets no document title head every section.
+
+Converted PDFs carry page markers (``services.pdf_parser.PAGE_MARKER``): every chunk then gets the
+pages its text lies on.  Other documents get page 0.
 """
 import html
 import re
 from dataclasses import dataclass
 
 from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+from services.pdf_parser import PAGE_MARKER_RE
 
 NO_TITLE = "无标题"
 PATH_SEP = " > "
@@ -20,6 +26,19 @@ SEPARATORS = ["\n\n", "\n", "。", "！", "？", "；", ".", "!", "?", ";", " ",
 HEADING_RE = re.compile(r"^\s*#{1,6}\s+.+")
 FENCE_OPEN_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 FENCE_CLOSE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*$")
+_WORD_RE = re.compile(r"[^\W\d_]")  # a letter or a CJK character
+_CN_DIGITS = "零一二三四五六七八九"
+_CN_NUMBER = "[零〇一二三四五六七八九十]+"
+_NUMBERINGS = [  # heading numbering styles; group 1 is the number, other groups refine the style
+    ("chapter", re.compile(rf"^第\s*(\d+|{_CN_NUMBER})\s*([章节篇部])")),
+    ("cn", re.compile(rf"^({_CN_NUMBER})\s*[、.．]")),
+    ("cn-paren", re.compile(rf"^[（(]\s*({_CN_NUMBER})\s*[)）]")),
+    ("paren", re.compile(r"^[（(]\s*(\d+)\s*[)）]")),
+    ("dotted", re.compile(r"^(\d+(?:\.\d+)*)(?=[.、．)）\s]|$)")),
+]
+_NUMBER_PREFIX_RE = re.compile(rf"^(?:[（(]?\s*(?:\d+(?:\.\d+)*|{_CN_NUMBER})\s*[)）.、．]?\s*)+")
+PAGE_MARKER_LINE_RE = re.compile(rf"^[ \t]*{PAGE_MARKER_RE.pattern}[ \t]*\n?", re.MULTILINE)
+_PAGE_OR_IMAGE_RE = re.compile(rf"{PAGE_MARKER_RE.pattern}|!\[[^\]\n]*\]\([^)\n]*\)")
 CALLOUT_RE = re.compile(
     r"^(?:说明|注意|注意事项|警告|提示|注|小贴士|note|notes|warning|tip|tips|caution|important)[！!：:]*$",
     re.IGNORECASE)
@@ -58,7 +77,7 @@ def _classify(lines):
 
 # Docusaurus YAML front matter (sidebar labels/positions) says nothing the page body does not.
 _FRONT_MATTER_RE = re.compile(r"\A---\n.*?\n---[ \t]*(?:\n|\Z)", re.DOTALL)
-_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
+_COMMENT_RE = re.compile(rf"(?!{PAGE_MARKER_RE.pattern})<!--.*?-->", re.DOTALL)  # page markers stay
 _MDX_IMPORT_RE = re.compile(r"^import\s+(?:.+\s+from\s+)?['\"][^'\"]+['\"];?[ \t]*$", re.MULTILINE)
 # ":::tip Title" / ":::" fence lines of Docusaurus admonitions; an optional title is kept as text.
 _ADMONITION_RE = re.compile(r"^[ \t]*:::+[ \t]*[A-Za-z]*[ \t]*\[?(.*?)\]?[ \t]*$", re.MULTILINE)
@@ -205,25 +224,121 @@ def _trim_blank_lines(lines):
     return "\n".join(lines)
 
 
-def _sections(text, file_title, smart):
+def _is_heading_line(kind, line, smart):
+    if kind != "text" or not HEADING_RE.match(line):
+        return False
+    if not smart:
+        return True
+    text = _clean_heading(_heading_text(line))
+    # A "注意"/"Note" heading is a callout label, part of the running text; a heading of bare
+    # numbers and marks ("1.", "（二）", "***") names nothing.
+    return not CALLOUT_RE.match(text) and bool(_WORD_RE.search(_NUMBER_PREFIX_RE.sub("", text)))
+
+
+def _numeral(text):
+    """Value of "12" or of a Chinese numeral up to 九十九 ("十二", "二十"); None otherwise."""
+    if text.isdigit():
+        return int(text)
+    text = text.replace("〇", "零")
+    tens, ten, ones = text.partition("十")
+    if not ten:
+        tens, ones = "", text
+    if len(tens) > 1 or len(ones) > 1 or not set(tens + ones) <= set(_CN_DIGITS) or not (ten or ones):
+        return None
+    return (_CN_DIGITS.index(tens) if tens else int(bool(ten))) * 10 + (_CN_DIGITS.index(ones) if ones else 0)
+
+
+def _numbering(text):
+    """(style, value) of a numbered heading: "四、" -> (("cn",), 4), "2.3 " -> (("dotted", "2"), 3)."""
+    for style, pattern in _NUMBERINGS:
+        m = pattern.match(text)
+        if m:
+            number = m.group(1)
+            if style == "dotted":
+                head, _, number = number.rpartition(".")
+                return (style, head), _numeral(number)
+            value = _numeral(number)
+            return ((style, *m.groups()[1:]), value) if value is not None else None
+    return None
+
+
+def _levels(headings):
+    """Nesting level per heading line.  Font-size levels of a converted PDF drift ("五、" set smaller
+    than "四、"): a heading numbered right after an earlier one of the same style is its sibling,
+    never its child."""
+    levels, last = [], {}  # style -> (value, level) of the latest heading of that style
+    for line in headings:
+        level = len(line.strip()) - len(line.strip().lstrip("#"))
+        numbered = _numbering(_clean_heading(_heading_text(line)))
+        if numbered:
+            style, value = numbered
+            if style in last and value == last[style][0] + 1:
+                level = min(level, last[style][1])
+            last[style] = (value, level)
+        levels.append(level)
+    return levels
+
+
+def _blank(lines):
+    return not _PAGE_OR_IMAGE_RE.sub("", "\n".join(lines)).strip()
+
+
+def _title_block(raw, levels):
+    """(first, last) entry of the headings that open the document and head every later heading
+    (a cover's "BIGTREETECH / SKR MINI E3 V3.0 / 主板使用说明书", a lone "# 前言" above all
+    chapters), or None.  Such titles say nothing about where a section is."""
+    first = next(i for i, (line, _) in enumerate(raw) if line is not None)
+    best, i = None, first
+    while i < len(raw):
+        if all(levels[j] > levels[i] for j in range(i + 1, len(raw))):
+            best = i
+        if i + 1 == len(raw) or not _blank(raw[i][1]) or levels[i + 1] <= levels[i]:
+            break
+        i += 1
+    return None if best is None or best == len(raw) - 1 else (first, best)
+
+
+def _fold_title_block(raw, levels, min_len):
+    """Turn the title block into text: its heading lines go into the body of the last title when
+    it has one (that title then heads only its own text), else into the next section's body.
+    Returns the entries and the index of a title that must not become a parent (or None).  A
+    document shorter than one chunk keeps its title as the parent: that chunk is about all of it."""
+    block = _title_block(raw, levels)
+    if block is None or sum(len("".join(lines)) for _, lines in raw) < min_len:
+        return raw, levels, None
+    first, last = block
+    keep = last if not _blank(raw[last][1]) else None
+    target = keep if keep is not None else last + 1
+    folded = [text for line, lines in raw[first:target] for text in (_clean_heading(_heading_text(line)), *lines)]
+    raw, levels = list(raw), list(levels)
+    raw[target] = (raw[target][0], folded + [""] + raw[target][1])
+    del raw[first:target], levels[first:target]
+    return raw, levels, (first if keep is not None else None)
+
+
+def _sections(text, file_title, smart, min_len):
     """Cut the document at headings outside fences; text before the first heading is a section."""
     raw, heading, body = [], None, []
     for kind, line in _classify(text.split("\n")):
-        is_heading = kind == "text" and HEADING_RE.match(line)
-        if is_heading and smart and CALLOUT_RE.match(_clean_heading(_heading_text(line))):
-            is_heading = False  # a "注意"/"Note" heading is a callout label, part of the running text
-        if is_heading:
+        if _is_heading_line(kind, line, smart):
+            carried = []
+            if heading is None and all(not l.strip() or PAGE_MARKER_RE.fullmatch(l.strip()) for l in body):
+                carried, body = body, []  # page markers alone are no preamble: they open the section
             if heading is not None or any(l.strip() for l in body):
                 raw.append((heading, body))
-            heading, body = line, []
+            heading, body = line, carried
         else:
             body.append(line)
     raw.append((heading, body))
     if all(h is None for h, _ in raw):
         return [_Section(NO_TITLE, NO_TITLE, (), "", _trim_blank_lines(raw[0][1]))]
 
+    levels = _levels([line or "" for line, _ in raw])
+    lone_title = None
+    if smart:
+        raw, levels, lone_title = _fold_title_block(raw, levels, min_len)
     sections, stack = [], []  # stack: [(level, clean heading text)] of the open headings
-    for line, lines in raw:
+    for i, (line, lines) in enumerate(raw):
         if line is None:
             sections.append(_Section(file_title, file_title, (), "", _trim_blank_lines(lines)))
             continue
@@ -231,13 +346,14 @@ def _sections(text, file_title, smart):
         if not smart:
             sections.append(_Section(text_, text_, (), line.strip(), _trim_blank_lines(lines)))
             continue
-        level = len(line.strip()) - len(line.strip().lstrip("#"))
-        while stack and stack[-1][0] >= level:
+        while stack and stack[-1][0] >= levels[i]:
             stack.pop()
         parent = tuple(t for _, t in stack)
-        stack.append((level, _clean_heading(text_)))
+        stack.append((levels[i], _clean_heading(text_)))
         sections.append(_Section(PATH_SEP.join(t for _, t in stack), PATH_SEP.join(parent) or file_title,
                                  parent, line.strip(), _trim_blank_lines(lines)))
+        if i == lone_title:
+            stack.pop()
     return sections
 
 
@@ -285,10 +401,11 @@ def _merge(pieces, sections, related, max_len, min_len):
 
 def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int = 500,
                    mode: str = "smart") -> list[dict]:
-    """Split a Markdown manual into chunks: [{title, content, parent_title, part}].
+    """Split a Markdown manual into chunks: [{title, content, parent_title, part, page_start, page_end}].
 
     Every content starts with a title prefix line and is at most max_len characters.  See the
-    module docstring for the difference between mode="seed" and mode="smart".
+    module docstring for the difference between mode="seed" and mode="smart"; pages are 1-based,
+    0 for a document without page markers.
     """
     if mode not in ("seed", "smart"):
         raise ValueError(f"unknown split mode {mode!r}")
@@ -298,7 +415,7 @@ def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int
         raise ValueError(f"need 0 < min_len < max_len and {MIN_MAX_LEN} <= max_len <= "
                          f"{MILVUS_VARCHAR_BYTES // 4}")
     smart = mode == "smart"
-    sections = _sections(normalize_newlines(text), file_title, smart)
+    sections = _sections(normalize_newlines(text), file_title, smart, min_len)
     pieces = _merge(_pieces(sections, max_len), sections, lambda a, b: a.first == b.first,
                     max_len, min_len)
     if smart:
@@ -309,10 +426,27 @@ def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int
             root = sections[a.first].parent_path
             return sections[b.first].parent_path[:len(root)] == root
         pieces = _merge(pieces, sections, same_branch, max_len, min_len)
-    return [{"title": p.title,
-             "content": (_prefix(sections[p.first].title, max_len) + p.body).rstrip(),
-             "parent_title": sections[p.first].parent_title,
-             "part": p.part} for p in pieces]
+    chunks, page = [], 1 if PAGE_MARKER_RE.search(text) else 0
+    for p in pieces:
+        body, page_start, page_end, page = _pages(p.body, page)
+        chunks.append({"title": p.title, "content": (_prefix(sections[p.first].title, max_len) + body).rstrip(),
+                       "parent_title": sections[p.first].parent_title, "part": p.part,
+                       "page_start": page_start, "page_end": page_end})
+    return chunks
+
+
+def _pages(body, page):
+    """(body without page markers, first and last page its text lies on, page at its end), given the
+    page its start is on.  Chunks come in document order, so the page carries from one to the next."""
+    parts = PAGE_MARKER_RE.split(body)  # text, page, text, page, text ...
+    on = [page] if parts[0].strip() else []
+    for number, text in zip(parts[1::2], parts[2::2]):
+        page = int(number)
+        if text.strip():
+            on.append(page)
+    on = on or [page]
+    body = re.sub(r"\n{3,}", "\n\n", PAGE_MARKER_LINE_RE.sub("", body)).strip("\n")
+    return body, on[0], on[-1], page
 
 
 def conformance_split(markdown_text: str, file_title: str) -> list[dict]:

@@ -19,8 +19,9 @@ from services.errors import FileProcessingError, ImportProcessError, ValidationE
 from services.object_store import get_object_store
 from services.settings import Settings
 
-SUPPORTED = {".pdf": "pdf", ".md": "md", ".markdown": "md"}
-MAX_FILES = 10
+SUPPORTED = {".pdf": "pdf", ".md": "md", ".markdown": "md", ".docx": "docx", ".html": "html", ".htm": "html",
+             ".txt": "txt"}
+MAX_FILES = 50  # a documentation site's pages arrive together, to be recognised as one set
 MAX_NAME_BYTES = 200
 UNSAFE_CHARS = re.compile(r'[<>:"|?*]')
 
@@ -47,14 +48,15 @@ def doc_identity(path: Path, doc_key: str | None = None) -> tuple[str, str]:
 
 
 def validate_file(path: Path, max_mb: int) -> str:
-    """The file's type ("pdf" | "md"), or a ValidationError saying in Chinese what is wrong."""
+    """The file's type (a SUPPORTED value), or a ValidationError saying in Chinese what is wrong."""
     if not path.exists():
         raise FileProcessingError(f"文件不存在：{path}")
     if not path.is_file():
         raise ValidationError(f"“{path}”不是文件（是文件夹？请用命令行导入整个文件夹）。")
     kind = SUPPORTED.get(path.suffix.lower())
     if kind is None:
-        raise ValidationError(f"不支持的文件类型“{path.suffix or '无扩展名'}”：目前只能导入 PDF 或 Markdown（.md）文件。")
+        raise ValidationError(f"不支持的文件类型“{path.suffix or '无扩展名'}”："
+                              "目前只能导入 PDF、Word（.docx）、网页（.html / .htm）、纯文本（.txt）或 Markdown（.md）文件。")
     size = path.stat().st_size
     if size == 0:
         raise ValidationError(f"文件“{path.name}”是空的（0 字节），没有可导入的内容。")
@@ -90,13 +92,22 @@ class StagedFile:
     doc_key: str         # "upload:{name}:{sha256}"
     content_hash: str
     original_key: str    # where the original is kept in the object store
+    folders: tuple[str, ...] = ()  # the folders the client's file name gave (a site export), for recognition
 
     def as_dict(self) -> dict:
-        return {k: str(v) for k, v in self.__dict__.items()}
+        return {k: list(v) if k == "folders" else str(v) for k, v in self.__dict__.items()}
 
     @classmethod
     def from_dict(cls, data: dict) -> "StagedFile":
-        return cls(**{**data, "path": Path(data["path"])})
+        return cls(**{**data, "path": Path(data["path"]), "folders": tuple(data.get("folders") or ())})
+
+
+def client_folders(raw: str | None) -> tuple[str, ...]:
+    """The folders of a client's relative file name (`mars/compute-module/boot.md`), each made harmless;
+    they only tell recognition which pages belong together and never become a path on disk."""
+    parts = (raw or "").replace("\\", "/").split("/")[:-1]
+    cleaned = (safe_filename(p) for p in parts if p.strip() not in ("", ".", ".."))
+    return tuple(p for p in cleaned if p != "upload")[-8:]
 
 
 class UploadRejected(Exception):
@@ -120,8 +131,8 @@ def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) 
     if len(files) > MAX_FILES:
         raise UploadRejected(400, f"一次最多上传 {MAX_FILES} 个文件，本次收到 {len(files)} 个。")
     day = datetime.now().strftime("%Y%m%d")
-    folders: list[Path] = []
-    received: list[tuple[str, str, Path, str]] = []
+    created: list[Path] = []
+    received: list[tuple[str, str, Path, str, tuple[str, ...]]] = []
     try:
         for raw_name, stream in files:
             task_id = uuid.uuid4().hex
@@ -129,7 +140,7 @@ def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) 
             name = safe_filename(raw_name)
             target = _target(folder, name)
             folder.mkdir(parents=True, exist_ok=False)
-            folders.append(folder)
+            created.append(folder)
             digest = hashlib.sha256()
             with target.open("wb") as out:
                 while block := stream.read(1024 * 1024):
@@ -139,18 +150,19 @@ def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) 
                 validate_file(target, settings.max_upload_mb)
             except ImportProcessError as exc:
                 raise UploadRejected(400, exc.message) from exc
-            received.append((task_id, (raw_name or name).strip() or name, target, digest.hexdigest()))
+            received.append((task_id, (raw_name or name).strip() or name, target, digest.hexdigest(),
+                             client_folders(raw_name)))
         store = get_object_store(settings)
         staged = []
-        for task_id, display, target, digest in received:
+        for task_id, display, target, digest, carried in received:
             doc_key = f"upload:{target.name}:{digest}"
             try:
                 original = store.upload_original(target, doc_identity(target, doc_key)[1])
             except ImportProcessError as exc:
                 raise UploadRejected(503, f"原件保存失败，没有开始导入：{exc.message}") from exc
-            staged.append(StagedFile(task_id, target.name, display, target, doc_key, digest, original))
+            staged.append(StagedFile(task_id, target.name, display, target, doc_key, digest, original, carried))
     except BaseException:
-        for folder in folders:
+        for folder in created:
             shutil.rmtree(folder, ignore_errors=True)
         raise
     return staged

@@ -364,10 +364,11 @@ def is_valid_name(name: str, pages: list[Page], file_stems: set[str] = frozenset
     words = [w for w in re.findall(TOKEN, name) if _is_model_token(w)]
     if not words:
         return False
-    # a version the file name carries ("m01_mf1_v1_get_started") is the document's word too
-    text = _fold(" ".join([*(t for p in pages for t in p.titles), *(p.text for p in pages),
-                           *(re.sub(r"[_\-]+", " ", s) for s in file_stems)]))
-    return all(_fold(w) in text for w in words)
+    text = _fold(" ".join([*(t for p in pages for t in p.titles), *(p.text for p in pages)]))
+    # a version the file name carries ("m01_mf1_v1_get_started" -> V1) counts, other stem words do not
+    stem_words = {_fold(w) for s in file_stems for w in re.split(r"[\s_\-]+", s)}
+    return all(_fold(w) in text or re.fullmatch(r"v\d+(\.\d+)*", _fold(w)) and _fold(w) in stem_words
+               for w in words) and any(_fold(w) in text for w in words)
 
 
 def page_of(path: Path, root: Path | None, text: str) -> Page:
@@ -383,10 +384,11 @@ class PlannedFile:
     evidence: str
 
 
-def plan_set(paths: list[Path], root: Path | None = None) -> list[PlannedFile]:
+def plan_set(paths: list[Path], root: Path | None = None,
+             folders: dict[str, tuple[str, ...]] | None = None) -> list[PlannedFile]:
     """Products of a set of files before any is imported. Markdown pages are read together (`root`
-    gives their folders; None for uploads, which have none); a PDF is a whole manual and is left to
-    its own recognition, as is a set of one."""
+    gives their folders, or `folders` per path for uploads that carried them; flat uploads have
+    none); a PDF is a whole manual and is left to its own recognition, as is a set of one."""
     from graphs.importing.nodes.item_name import offline_item_name
     from services.text_files import read_text
 
@@ -397,7 +399,8 @@ def plan_set(paths: list[Path], root: Path | None = None) -> list[PlannedFile]:
                 text = read_text(path)
             except Exception:  # the import itself reports an unreadable file
                 continue
-            pages.append(page_of(path, root, text))
+            pages.append(read_page(str(path), text, folders[str(path)]) if folders and str(path) in folders
+                         else page_of(path, root, text))
             own[str(path)] = offline_item_name(text, [], path.stem, path)
     found = SetRecogniser(pages).assign() if pages else {}
     out = []

@@ -132,7 +132,8 @@ def import_set(paths: list[Path], *, root: Path | None = None, product: str | No
                on_event: Callable[[dict], None] | None = None, updated_by: str = "") -> list[ImportResult]:
     """Import files that arrived together, their products recognised across the set first.
     `product` names one product for all; `products` one per file (by path or file name)."""
-    plan = plan_set(paths, root) if not product else []
+    carried = {str(f.path): f.folders for f in staged or [] if f.folders}
+    plan = plan_set(paths, root, carried or None) if not product else []
     by_path = {str(p.path): p for p in plan}
     set_id = uuid.uuid4().hex
     results = []

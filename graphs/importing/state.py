@@ -14,10 +14,11 @@ class ImportGraphState(TypedDict, total=False):
     doc_id: str                # stable identity: same file -> same id, same name elsewhere -> other id
     doc_key: str               # readable, storage-safe key (object store prefix, work folder)
     file_title: str            # the stem, for display
-    file_type: str             # "pdf" | "md"
+    file_type: str             # "pdf" | "md" | "docx" | "html" | "txt"
     work_dir: str              # everything the import writes lives here, under DATA_DIR
     pdf_path: str
-    md_path: str               # Markdown being processed (converted PDF or the original .md)
+    doc_path: str              # a .docx / .html / .txt to convert to Markdown
+    md_path: str               # Markdown being processed (converted from another format, or the original .md)
     md_content: str            # Markdown with images captioned and uploaded
     new_md_path: str
     images: list[dict]         # {src, status: uploaded|remote|missing, url, caption}

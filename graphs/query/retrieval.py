@@ -7,7 +7,8 @@ from services.vector_store import in_filter, get_vector_store
 
 SEARCH_LIMIT = 10
 WEIGHTS = (0.8, 0.2)
-OUTPUT = ["chunk_id", "content", "item_name", "title", "parent_title", "file_title", "doc_id", "dense"]
+OUTPUT = ["chunk_id", "content", "item_name", "title", "parent_title", "file_title", "doc_id", "page_start",
+          "page_end", "dense"]
 
 
 def search_chunks(text: str, item_names: list[str] | None, limit: int = SEARCH_LIMIT,

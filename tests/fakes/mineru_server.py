@@ -5,7 +5,8 @@
 
 Modes: "normal" (running, then done on the 2nd poll), "failed", "never" (stays running),
 "502_first" (the first poll answers HTTP 502, then as normal), "traversal" (the zip holds
-an entry escaping its folder).
+an entry escaping its folder), "no_content_list" (a result without the page index, as older
+MinerU versions returned).
 """
 from __future__ import annotations
 
@@ -20,20 +21,24 @@ import pymupdf
 
 from fakes._http import QuietHandler, ThreadedServer
 
-MODES = ("normal", "failed", "never", "502_first", "traversal")
+MODES = ("normal", "failed", "never", "502_first", "traversal", "no_content_list")
 FAILED_MSG = "文件解析失败：页面无法识别"
 
 
-def build_result_zip(pdf_bytes: bytes, traversal: bool = False) -> bytes:
-    """full.md (page text as Markdown, one real image) + images/*.jpg, as MinerU's full_zip_url holds."""
+def build_result_zip(pdf_bytes: bytes, traversal: bool = False, content_list: bool = True) -> bytes:
+    """full.md (page text as Markdown, one real image) + images/*.jpg + {id}_content_list.json (the
+    blocks in reading order with their 0-based page_idx), as MinerU's full_zip_url holds."""
     doc = pymupdf.open(stream=pdf_bytes, filetype="pdf")
     lines: list[str] = []
+    blocks: list[dict] = []
     image: tuple[str, bytes] | None = None
     for page in doc:
         text = page.get_text().strip()
         if text:
             head, _, rest = text.partition("\n")
             lines += [f"# {head.strip()}", "", rest.strip(), ""]
+            blocks += [{"type": "text", "text": head.strip(), "text_level": 1, "page_idx": page.number},
+                       {"type": "text", "text": rest.strip(), "page_idx": page.number}]
         if image is None and page.get_images():
             pix = pymupdf.Pixmap(doc, page.get_images()[0][0])
             if pix.n - pix.alpha > 3:  # CMYK etc. cannot be written as JPEG directly
@@ -41,10 +46,13 @@ def build_result_zip(pdf_bytes: bytes, traversal: bool = False) -> bytes:
             data = pix.tobytes("jpg")
             image = (f"{uuid.uuid4().hex}.jpg", data)
             lines += [f"![](images/{image[0]})", ""]
+            blocks.append({"type": "image", "img_path": f"images/{image[0]}", "page_idx": page.number})
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("full.md", "\n".join(lines))
         zf.writestr("layout.json", json.dumps({"pdf_info": [], "_backend": "vlm"}))
+        if content_list:
+            zf.writestr(f"{uuid.uuid4()}_content_list.json", json.dumps(blocks, ensure_ascii=False))
         if image:
             zf.writestr(f"images/{image[0]}", image[1])
         if traversal:
@@ -147,7 +155,9 @@ def _make_handler(fake: FakeMinerU) -> type[QuietHandler]:
             elif self.path.startswith("/zips/"):
                 _, _, batch_id, name = self.path.split("/")
                 pdf = fake.batches[batch_id]["files"][int(name.split(".")[0])]["bytes"]
-                self.send_bytes(200, build_result_zip(pdf, traversal=fake.mode == "traversal"), "application/zip")
+                archive = build_result_zip(pdf, traversal=fake.mode == "traversal",
+                                           content_list=fake.mode != "no_content_list")
+                self.send_bytes(200, archive, "application/zip")
             else:
                 self.send_json(404, {"code": 404, "msg": "not found"})
 

@@ -10,6 +10,10 @@ from services.errors import StateFieldError, ValidationError
 from services.settings import get_settings
 from services.vector_store import get_vector_store
 
+# The first step after the check, by type: PDFs and the other formats are converted to Markdown first.
+FIRST_STEP = {"pdf": "node_pdf_to_md", "md": "node_md_img", "docx": "node_doc_to_md", "html": "node_doc_to_md",
+              "txt": "node_doc_to_md"}
+
 
 @graph_node("import", "node_entry", "检查文件")
 def node_entry(state: dict) -> dict:
@@ -33,12 +37,9 @@ def node_entry(state: dict) -> dict:
         "file_type": kind, "file_title": path.stem, "doc_id": doc_id, "doc_key": doc_key,
         "work_dir": str(work_dir), "_summary": f"{path.name}（{kind.upper()}）",
     }
-    if kind == "pdf":
-        out["pdf_path"] = str(path)
-    else:
-        out["md_path"] = str(path)
+    out[{"pdf": "pdf_path", "md": "md_path"}.get(kind, "doc_path")] = str(path)
     return out
 
 
 def route_after_entry(state: dict) -> str:
-    return "node_pdf_to_md" if state.get("file_type") == "pdf" else "node_md_img"
+    return FIRST_STEP[state["file_type"]]

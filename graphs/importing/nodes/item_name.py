@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from graphs.base import graph_node
-from graphs.importing.recognition import SetRecogniser, is_valid_name, read_page
+from graphs.importing.recognition import PRODUCT_NOUNS, SetRecogniser, is_valid_name, read_page
 from services.chat_model import get_chat_model, invoke_text
 from services.prompts import load_prompt
 
@@ -28,6 +28,7 @@ GENERIC_WORDS = re.compile(
 GENERIC_TITLES = {"", "index", "readme", "introduction", "intro", "overview", "quick-start", "quickstart",
                   "getting-started", "get-started", "无标题", "目录"}
 VERSION = re.compile(r"(?<![A-Za-z0-9])(v\d+(?:\.\d+)?|\d+(?:\.\d+)?[mg]b?)(?![A-Za-z0-9])", re.IGNORECASE)
+MODEL_CODE = re.compile(r"[A-Za-z]+-?\d|\d+[A-Za-z]")
 BRAND_BEFORE = r"([A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)?)[\s\u3000]*{name}"
 
 
@@ -46,13 +47,16 @@ def clean_name(text: str) -> str:
 
 def title_lines(md_text: str) -> str:
     """The headings that open the document, e.g. `# BIGTREETECH` / `## SKR MINI E3 V2.0` /
-    `### 主板使用说明书`, joined; decorations (levels 5-6) are skipped."""
+    `### 主板使用说明书`, joined; decorations (levels 5-6) are skipped. Once a model code is in, a
+    following heading joins only if it names the kind of product (主板): `## 复位` is a section."""
     found: list[str] = []
     for line in md_text.splitlines():
         stripped = line.strip()
         m = re.match(r"^(#{1,6})\s+(.+)$", stripped)
         if m:
             if len(m.group(1)) <= 4:
+                if any(MODEL_CODE.search(f) for f in found) and clean_name(m.group(2)) not in PRODUCT_NOUNS:
+                    break
                 found.append(m.group(2))
             if len(found) == 3:
                 break

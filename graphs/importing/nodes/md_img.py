@@ -14,7 +14,7 @@ from services.errors import ImageProcessingError, ValidationError
 from services.object_store import get_object_store
 from services.prompts import load_prompt
 from services.settings import get_settings
-from services.text_files import read_text
+from services.text_files import read_text, sanitize_text
 from services.vision_model import caption_image
 
 log = logging.getLogger("import.node_md_img")
@@ -28,11 +28,12 @@ TAG_ALT = re.compile(r"\balt\s*=\s*([\"'])(.*?)\1", re.IGNORECASE)
 HEADING = re.compile(r"^\s*#{1,6}\s+(.+)$", re.MULTILINE)
 
 
-def image_root(md_file: Path, uploads_dir: Path) -> Path:
-    """The folder images may come from. An uploaded file may only use its own upload folder, so a
-    crafted `../../` link can never publish a server file; a local import may reach its site root."""
+def image_root(md_file: Path, data_dir: Path) -> Path:
+    """The folder images may come from. An uploaded file, and Markdown the import converted itself,
+    may only use its own folder, so a crafted `../../` link can never publish a server file; a
+    local import may reach its site root."""
     md = md_file.resolve()
-    if uploads_dir.resolve() in md.parents:
+    if any((data_dir / own).resolve() in md.parents for own in ("uploads", "work")):
         return md.parent
     return ([md.parent, *md.parent.parents][:6])[-1]
 
@@ -108,16 +109,17 @@ def safe_caption(caption: str) -> str:
 def node_md_img(state: dict) -> dict:
     settings = get_settings()
     md_file = Path(state["md_path"])
-    text = read_text(md_file)
+    text = sanitize_text(read_text(md_file))
     if not has_text(text):  # checked before any upload, so a refused file leaves nothing behind
-        raise ValidationError(f"文档“{md_file.name}”没有任何文字内容（空白或只有图片），无法导入。")
+        name = Path(state.get("import_file_path") or md_file).name
+        raise ValidationError(f"文档“{name}”没有任何文字内容（空白或只有图片），无法导入。")
     store = get_object_store(settings)
     doc_key = state["doc_key"]
     use_model = settings.llm_enabled
     images: list[dict] = []
     replacements: dict[tuple[int, int], str] = {}
     cleared = False
-    root = image_root(md_file, settings.data_dir / "uploads")
+    root = image_root(md_file, settings.data_dir)
     found = find_images(text)
     for n, (start, end, src, alt) in enumerate(found, 1):
         if re.match(r"^(https?:)?//|^data:", src, re.IGNORECASE):

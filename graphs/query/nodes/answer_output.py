@@ -139,9 +139,12 @@ def stream_answer(prompt_user: str, allowed_urls: set[str]) -> str:
 
 
 def sources_of(docs: list[dict]) -> list[dict]:
+    """The answer's sources, numbered as the model saw them ([n] in its text is source n); a PDF
+    source names its pages (0: not from a PDF) and its document, whose original can be opened."""
     return [{"index": i, "source": d.get("source", "local"), "chunk_id": d.get("chunk_id", ""),
-             "title": d.get("title", ""), "file_title": d.get("file_title", ""),
+             "doc_id": d.get("doc_id", ""), "title": d.get("title", ""), "file_title": d.get("file_title", ""),
              "item_name": d.get("item_name", ""), "url": d.get("url", ""),
+             "page_start": int(d.get("page_start") or 0), "page_end": int(d.get("page_end") or 0),
              "score": round(float(d.get("score", 0.0)), 4), "content": d.get("content", "")}
             for i, d in enumerate(docs, 1)]
 

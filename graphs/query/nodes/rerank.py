@@ -32,6 +32,14 @@ def merge_sources(local: list[dict], web: list[dict]) -> list[dict]:
     return docs
 
 
+def scored_text(doc: dict) -> dict:
+    """A local chunk as scored: its product's name counts as part of it, as in its embedded text,
+    so a question naming the product favours no chunk for happening to repeat the name."""
+    if doc["source"] != "local":
+        return doc
+    return {**doc, "content": f"{doc.get('item_name') or ''}\n{doc.get('content') or ''}"}
+
+
 @graph_node("query", "node_rerank", "精排")
 def node_rerank(state: dict) -> dict:
     docs = merge_sources(state.get("rrf_chunks") or [], state.get("web_search_docs") or [])
@@ -39,7 +47,7 @@ def node_rerank(state: dict) -> dict:
     try:  # loading the model is part of scoring: a bad model folder fails here too
         reranker = get_reranker()
         scorer = reranker.name
-        scores = reranker.score(state["rewritten_query"], docs)
+        scores = reranker.score(state["rewritten_query"], [scored_text(d) for d in docs])
         ranked = sorted(zip(scores, docs), key=lambda p: -p[0])
     except Exception as exc:  # a broken scorer degrades to the fused order, never to no answer
         log.warning("reranker failed, keeping RRF order: %s", exc)

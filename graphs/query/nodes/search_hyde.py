@@ -11,11 +11,11 @@ HYDE_MAX_CHARS = 300
 
 @graph_node("query", "node_search_embedding_hyde", "HyDE 检索")
 def node_search_embedding_hyde(state: dict) -> dict:
+    llm = get_chat_model()
+    if llm is None:  # the reason even when the switch is off too (it cannot be turned on)
+        return {"hyde_embedding_chunks": [], "_status": "skipped", "_summary": "未配置大模型，跳过 HyDE"}
     if not (state.get("options") or {}).get("hyde", True):
         return {"hyde_embedding_chunks": [], "_status": "skipped", "_summary": "已在设置中关闭 HyDE"}
-    llm = get_chat_model()
-    if llm is None:
-        return {"hyde_embedding_chunks": [], "_status": "skipped", "_summary": "未配置大模型，跳过 HyDE"}
     question = state["rewritten_query"]
     try:
         doc = invoke_text(llm, "", load_prompt("hyde", item_names="、".join(state["item_names"]), question=question))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 
 from graphs.base import graph_node
+from services.settings import get_settings
 from services.web_search import web_search
 
 WEB_COUNT = 5
@@ -11,6 +12,9 @@ WEB_COUNT = 5
 
 @graph_node("query", "node_web_search_mcp", "联网搜索")
 def node_web_search_mcp(state: dict) -> dict:
+    # An absent backend is the reason even when the switch is off too (it cannot be turned on).
+    if not get_settings().web_search_enabled:
+        return {"web_search_docs": [], "_status": "skipped", "_summary": "未配置联网搜索"}
     if not (state.get("options") or {}).get("web_search", True):
         return {"web_search_docs": [], "_status": "skipped", "_summary": "已在设置中关闭联网搜索"}
     # The node runs in a worker thread of the graph, so it owns a fresh event loop here.

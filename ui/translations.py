@@ -1,0 +1,37 @@
+"""Chainlit's interface texts, corrected to what this app does.
+
+The footer says who writes the answers as configured (Chainlit's own line warns that a language
+model may err, model or not), and a finished step's header has no "已使用" before its name (a
+skipped step would read "已使用 联网搜索"; its name says "已跳过" instead).
+"""
+from __future__ import annotations
+
+from chainlit.config import config
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from services.settings import get_settings
+from ui.format import footer_text
+
+ROUTE = "/project/translations"
+
+
+def corrected(translation: dict) -> dict:
+    settings = get_settings()
+    chat = translation.setdefault("chat", {})
+    chat["watermark"] = footer_text(settings.llm_enabled, settings.llm_default_model)
+    chat.setdefault("messages", {}).setdefault("status", {})["used"] = ""
+    return translation
+
+
+async def project_translations(request: Request) -> JSONResponse:
+    # The configured language wins, as in Chainlit's own route; the loader keeps to its folder.
+    language = config.ui.language or request.query_params.get("language") or "en-US"
+    return JSONResponse({"translation": corrected(config.load_translation(language))})
+
+
+def mount_translations(app: Starlette) -> None:
+    """Answer before Chainlit's route of the same path (the first matching route wins)."""
+    app.router.routes.insert(0, Route(ROUTE, project_translations, methods=["GET"]))
