@@ -41,7 +41,7 @@ def route_after_plan(state: dict) -> list[str] | list[Send]:
     subs = state.get("sub_questions") or []
     if not subs:
         return RECALLS
-    return [Send("node_sub_question", {"sub_question": {**sub, "index": i}, "options": state.get("options") or {}})
+    return [Send("node_sub_question", {"sub_question": {**sub, "index": i}})
             for i, sub in enumerate(subs, 1)]
 
 
