@@ -491,7 +491,7 @@ async def test_unsupported_too_big_and_empty_files_are_refused(own_data, tmp_pat
 async def test_import_then_question_and_rename(own_data, product_of):
     s = Session(replies=[{"output": "我的 Duo 开发板"}])
     await s.start()
-    await s.send("Duo256M 用的是什么处理器？", [DUO256M])
+    await s.send("Duo256M 用的是什么处理器？", [DUO256M])  # the manual's own word: graded answerable offline
     progress = (await s.wait_imports(1))[0]
     assert progress["output"].startswith("✅ 《duo256m.md》导入完成")
     assert f"商品名：**{product_of['duo256m']}**" in progress["output"]
