@@ -103,6 +103,19 @@ def test_health_says_whether_the_chat_model_answers(api, model, env):
 
 # --- query, stream, history --------------------------------------------------------------------------
 
+def test_a_comparison_streams_each_sub_question_and_its_sources(api, product_of):
+    v2, v3 = product_of["BTT SKR MINI E3 V2.0使用手册"], product_of["BTT SKR MINI E3 V3.0使用手册"]
+    _, events = ask_stream(api, "SKR MINI E3 V2.0 和 V3.0 的主控芯片有什么区别？")
+    progress = [e.data for e in events if e.name == "progress"]
+    subs = [p for p in progress if p["node"] == "node_sub_question" and "status" in p]
+    assert len(subs) == 2 and {p["detail"]["question"].split(" 的")[0] for p in subs} == {v2, v3}
+    first_end = progress.index(subs[0])
+    assert "node_sub_question" in progress[first_end]["running_list"]  # the other one still runs
+    assert "node_sub_question" not in progress[progress.index(subs[1])]["running_list"]
+    final = events[-1].data
+    assert events[-1].name == "final" and {s["item_name"] for s in final["sources"]} == {v2, v3}
+
+
 def test_query_without_stream_returns_the_answer_and_history_keeps_it(api, product_of):
     duo = product_of["duo"]
     # worded as the manual words it ("芯片"): offline, evidence grading declines what no passage covers
