@@ -11,6 +11,8 @@ import chainlit as cl
 from chainlit.config import config
 from chainlit.data import get_data_layer
 from chainlit.server import app as chainlit_app
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
@@ -21,7 +23,7 @@ from services.settings import get_settings
 from services.task_store import get_task_store
 from services.vector_store import get_vector_store
 from ui import attachments, chat, sources
-from ui.auth import check_password, configured_users, ensure_auth_secret
+from ui.auth import LoginAddress, announce_admin_password, check_login, ensure_auth_secret, login_address
 from ui.data_layer import HistoryDataLayer
 from ui.translations import mount_translations
 
@@ -36,10 +38,7 @@ MAX_STARTERS = 4
 
 settings = get_settings()
 ensure_auth_secret(settings.data_dir)  # before Chainlit checks for it, right after loading this module
-USERS, DEFAULT_LOGIN = configured_users()
-if DEFAULT_LOGIN:
-    print("⚠️  未设置 AUTH_USERS：使用本地默认账号 admin / admin，仅供本机试用；"
-          "对外提供服务前请在 .env 中设置 AUTH_USERS=用户名:密码", flush=True)
+announce_admin_password(settings)
 # The upload cap follows MAX_UPLOAD_MB, in the browser and on the server.
 config.features.spontaneous_file_upload.max_size_mb = settings.max_upload_mb
 
@@ -49,6 +48,13 @@ images_root.mkdir(parents=True, exist_ok=True)
 chainlit_app.router.routes.insert(0, Mount(f"{LOCAL_URL_PREFIX}/{IMAGES_PREFIX}",
                                            app=StaticFiles(directory=images_root), name="kb-images"))
 mount_api(chainlit_app)
+attachments.refuse_empty_attachments(chainlit_app)
+# Chainlit allows every origin, with credentials: only the origins set in CORS_ORIGINS may call from other sites.
+chainlit_app.user_middleware[:] = [
+    Middleware(CORSMiddleware, **{**m.kwargs, "allow_origins": list(settings.cors_origins),
+                                   "allow_credentials": bool(settings.cors_origins)})
+    if m.cls is CORSMiddleware else m for m in chainlit_app.user_middleware]
+chainlit_app.add_middleware(LoginAddress)
 mount_translations(chainlit_app)
 
 
@@ -72,10 +78,11 @@ def data_layer() -> HistoryDataLayer:
 
 
 @cl.password_auth_callback
-def login(username: str, password: str) -> cl.User | None:
-    if check_password(USERS, username, password):
-        return cl.User(identifier=username.strip(), metadata={"provider": "credentials"})
-    return None
+async def login(username: str, password: str) -> cl.User | None:
+    identity = await check_login(get_settings(), username, password, login_address.get())
+    if identity is None:
+        return None
+    return cl.User(identifier=identity.name, metadata={"provider": "credentials", "role": identity.role})
 
 
 @cl.set_starters
@@ -110,6 +117,8 @@ async def on_message(message: cl.Message) -> None:
     files = attachments.attached_files(message)
     text = (message.content or "").strip()
     if files:
+        if not await attachments.may_change_knowledge_base():
+            return
         imports = attachments.start_imports(files)
         if text:
             asyncio.create_task(attachments.answer_after_imports(imports, text))

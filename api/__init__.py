@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.catalog import router as catalog_router
-from api.routes import ApiRuntime, router
+from api.routes import ApiRuntime, fallback, router
 
 __all__ = ["create_app", "mount_api"]
 
@@ -23,6 +23,7 @@ def mount_api(app: FastAPI) -> None:
     before = list(app.router.routes)
     app.include_router(router)
     app.include_router(catalog_router)
+    app.include_router(fallback)  # last: it answers every /api path no other route took
     added = [route for route in app.router.routes if route not in before]
     app.router.routes[:] = added + before
 

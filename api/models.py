@@ -27,6 +27,7 @@ class TaskStatus(BaseModel):
     status: Literal["pending", "processing", "completed", "failed"]
     file_name: str = ""
     product: str | None = None
+    by: str = Field("", description="发起导入的用户")
     done_list: list[str] = Field(default_factory=list, description="已完成的节点")
     running_list: list[str] = Field(default_factory=list, description="正在运行的节点")
     error: str | None = None

@@ -6,11 +6,11 @@ import json
 import uuid
 from typing import Annotated, AsyncIterator
 
-from fastapi import APIRouter, Depends, File, Form, HTTPException, Path, Query, Request, UploadFile
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import APIRouter, Depends, File, Form, Header, HTTPException, Path, Query, Request, UploadFile
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from api import sse
-from api.auth import require_api_key
+from api.auth import current_user, require_editor
 from api.health import health_report
 from api.routing import ApiRoute, body_limit, error_response
 from api.models import (
@@ -18,14 +18,16 @@ from api.models import (
     TaskStatus, UploadResponse,
 )
 from api.runs import QueryRuns, ServerBusy, SessionBusy
-from api.uploads import ImportQueue, upload_body_limit
+from api.uploads import ImportQueue, upload_body_limit, upload_part_limit
 from graphs.importing import UploadRejected, discard, stage_uploads
+from services.accounts import Identity
 from services.errors import StorageError
 from services.history_store import get_history_store
 from services.settings import get_settings
 from services.task_store import get_task_store
 
-ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 413, 422, 503)}
+ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 403, 404, 413, 422, 503)}
+NO_SESSION = "会话不存在：{session_id}"
 
 SessionId = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="会话 ID")]
 
@@ -47,14 +49,16 @@ def runtime(request: Request) -> ApiRuntime:
 
 
 Runtime = Annotated[ApiRuntime, Depends(runtime)]
+User = Annotated[Identity, Depends(current_user)]
+Editor = Annotated[Identity, Depends(require_editor)]
 
 router = APIRouter(prefix="/api", tags=["api"], route_class=ApiRoute)
-protected = APIRouter(dependencies=[Depends(require_api_key)], route_class=ApiRoute, responses=ERRORS)
+protected = APIRouter(dependencies=[Depends(current_user)], route_class=ApiRoute, responses=ERRORS)
 
 
 @protected.post("/upload", response_model=UploadResponse, summary="上传说明书（PDF / Word / 网页 / 文本 / Markdown），后台导入")
-@body_limit(upload_body_limit)
-def upload(rt: Runtime, files: Annotated[list[UploadFile], File(description="一个或多个 .pdf / .docx / .html / .txt / .md 文件")],
+@body_limit(upload_body_limit, upload_part_limit)
+def upload(rt: Runtime, user: Editor, files: Annotated[list[UploadFile], File(description="一个或多个 .pdf / .docx / .html / .txt / .md 文件")],
            product: Annotated[str | None, Form(max_length=200, description="指定商品名（覆盖自动识别）")] = None,
            products: Annotated[str | None, Form(max_length=20000, description='每个文件的产品：JSON 对象 {"文件名": "产品名"}')] = None):
     try:
@@ -64,7 +68,7 @@ def upload(rt: Runtime, files: Annotated[list[UploadFile], File(description="一
         return error_response(exc.status, exc.message)
     try:
         by_name = {s.name: per_file[f.filename] for s, f in zip(staged, files) if f.filename in per_file}
-        return {"task_ids": rt.imports.submit(staged, (product or "").strip() or None, by_name)}
+        return {"task_ids": rt.imports.submit(staged, (product or "").strip() or None, by_name, by=user.name)}
     except StorageError as exc:
         discard(staged)
         return error_response(503, f"导入任务无法创建，没有开始导入：{exc.message}")
@@ -84,10 +88,18 @@ def task_status(task_id: Annotated[str, Path(max_length=64)]):
 @protected.post("/query", response_model=Answer | StreamStarted,
                 responses={409: {"model": ErrorBody}, 500: {"model": ErrorBody}},
                 summary="提问：is_stream=false 直接返回答案；true 立即返回 session_id，答案经 /api/stream 推送")
-async def query(body: QueryRequest, rt: Runtime):
+async def query(body: QueryRequest, rt: Runtime, user: User):
     session_id = body.session_id or uuid.uuid4().hex
     try:
-        channel = rt.runs.start(session_id, body.query, (body.product or "").strip() or None)
+        owned = await asyncio.to_thread(get_history_store().claim, session_id, user.name)
+    except StorageError as exc:
+        if body.session_id:  # a named session must be proven ours; a fresh random id belongs to no one else
+            raise HTTPException(503, f"无法确认会话归属：{exc.message}") from exc
+        owned = True
+    if not owned:
+        raise HTTPException(404, NO_SESSION.format(session_id=session_id))
+    try:
+        channel = rt.runs.start(session_id, body.query, (body.product or "").strip() or None, owner=user.name)
     except SessionBusy:
         raise HTTPException(409, "该会话的上一个问题还在回答中，请等它结束后再提问。") from None
     except ServerBusy:
@@ -103,31 +115,49 @@ async def query(body: QueryRequest, rt: Runtime):
 
 @protected.get("/stream/{session_id}", response_class=StreamingResponse, responses={
     200: {"content": {"text/event-stream": {}},
-          "description": "事件：ready、progress（done_list / running_list）、delta、final、error；final 或 error 之后关闭"},
+          "description": "事件：ready、progress（done_list / running_list）、delta、final、error；每个事件带递增的 id，"
+                         "断线后带 Last-Event-ID 重连只收到其后的事件；final 或 error 之后关闭；"
+                         "回答结束后新打开的连接只收到 final（或 error）"},
+    204: {"description": "Last-Event-ID 之后已没有事件（回答已结束），无需再重连"},
     404: {"model": ErrorBody}}, summary="SSE：一个会话的回答进度与答案")
-async def stream(session_id: SessionId, rt: Runtime):
+async def stream(session_id: SessionId, rt: Runtime, user: User,
+                 last_event_id: Annotated[str | None, Header(description="断线重连时：收到的最后一个事件 id")] = None):
     channel = rt.runs.get(session_id)
-    if channel is None:
+    if channel is None or channel.owner != user.name:
         raise HTTPException(404, "该会话没有进行中或最近完成的回答：请先以 is_stream=true 调用 POST /api/query。")
+    raw_id = (last_event_id or "").strip()
+    if raw_id and not raw_id.isdigit():
+        raise HTTPException(400, f"Last-Event-ID 应为事件 id（数字）：{raw_id[:40]}")
+    after = int(raw_id or 0)
+    if channel.finished_before(after):
+        return Response(status_code=204)
 
     async def events() -> AsyncIterator[str]:
-        yield sse.encode("ready", {"session_id": session_id})
-        async for event in channel.follow(rt.runs.keepalive_s):
-            yield sse.KEEPALIVE if event is None else sse.encode(event.name, event.data)
+        yield sse.encode("ready", {"session_id": session_id}, retry_ms=sse.RETRY_MS)
+        async for event in channel.follow(rt.runs.keepalive_s, after=after):
+            yield sse.KEEPALIVE if event is None else sse.encode(event.name, event.data, event_id=event.seq)
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 @protected.get("/history/{session_id}", response_model=History, summary="会话历史（从旧到新）")
-def history(session_id: SessionId, limit: Annotated[int, Query(ge=1, le=500)] = 100):
+def history(session_id: SessionId, user: User, limit: Annotated[int, Query(ge=1, le=500)] = 100):
+    _own(session_id, user)
     messages = storage(lambda: get_history_store().recent(session_id, limit))
     return {"session_id": session_id, "messages": messages}
 
 
 @protected.delete("/history/{session_id}", response_model=HistoryDeleted, summary="清空会话历史")
-def delete_history(session_id: SessionId):
+def delete_history(session_id: SessionId, user: User):
+    _own(session_id, user)
     return {"session_id": session_id, "deleted": storage(lambda: get_history_store().delete_session(session_id))}
+
+
+def _own(session_id: str, user: Identity) -> None:
+    """Another user's session, or one that does not exist, is the same 404: ids tell nothing."""
+    if storage(lambda: get_history_store().owner(session_id)) != user.name:
+        raise HTTPException(404, NO_SESSION.format(session_id=session_id))
 
 
 @router.get("/health", response_model=Health, responses={503: {"model": Health}},
@@ -159,3 +189,13 @@ def storage(read):
 
 
 router.include_router(protected)
+
+# Mounted after every other /api router: an unknown /api path (or a method a path does not take)
+# is a JSON 404; in the Chainlit app it would otherwise get the chat page.
+fallback = APIRouter(prefix="/api", route_class=ApiRoute)
+
+
+@fallback.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+                    include_in_schema=False)
+def unknown(path: str, request: Request):
+    return error_response(404, f"接口不存在：{request.method} {request.url.path}（接口列表见 /docs）")

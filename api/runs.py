@@ -1,18 +1,20 @@
 """Query runs and their per-session event channels (the SSE side of POST /api/query).
 
 One `QueryRuns` belongs to one app (created by `mount_api`), never to the module, so two apps in
-one process — or two test servers — share nothing. Each session has at most one run at a time;
-its events are kept in a bounded replay buffer so that a client connecting late (or reconnecting)
-still receives everything up to `final`, and finished channels expire after `ttl_s`.
+one process — or two test servers — share nothing. Each session has at most one run at a time
+and belongs to the user who started it. Event ids only grow (across runs and restarts), so a client
+reconnecting with the last id it saw resumes right after it from a bounded buffer; a client that
+connects once the run is over gets the stored result alone. Finished channels expire after `ttl_s`.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterator
 
 from graphs.query.runner import astream_query
 
@@ -50,8 +52,9 @@ def answer_payload(final: dict) -> dict:
 class Channel:
     """The events of one run of one session."""
 
-    def __init__(self, session_id: str, max_events: int):
+    def __init__(self, session_id: str, max_events: int, ids: Iterator[int], owner: str = ""):
         self.session_id = session_id
+        self.owner = owner
         self.events: deque[Event] = deque(maxlen=max_events)  # `final` / `error` is always the newest
         self.done_list: list[str] = []
         self.running_list: list[str] = []
@@ -59,12 +62,11 @@ class Channel:
         self.done = False
         self.finished_at = 0.0
         self.task: asyncio.Task | None = None
-        self._seq = 0
+        self._ids = ids
         self._wake = asyncio.Event()
 
     def publish(self, name: str, data: dict) -> None:
-        self._seq += 1
-        event = Event(self._seq, name, data)
+        event = Event(next(self._ids), name, data)
         self.events.append(event)
         if name in ("final", "error"):
             self.result = event
@@ -97,10 +99,18 @@ class Channel:
         elif kind == "error":
             self.publish("error", {"error": event.get("error") or "处理问题时出错", "node": event.get("node", "")})
 
-    async def follow(self, keepalive_s: float) -> AsyncIterator[Event | None]:
-        """Every event from the oldest still buffered, then live ones until the run ends.
-        Yields None when nothing happened for `keepalive_s` (the caller sends a keep-alive)."""
-        last = 0
+    def finished_before(self, last_id: int) -> bool:
+        """Whether a client that saw `last_id` already has everything, result included."""
+        return self.done and self.result is not None and last_id >= self.result.seq
+
+    async def follow(self, keepalive_s: float, after: int = 0) -> AsyncIterator[Event | None]:
+        """The buffered events after id `after`, then live ones until the run ends; with no `after`
+        on a finished run, only its result. Yields None when nothing happened for `keepalive_s`
+        (the caller sends a keep-alive)."""
+        if not after and self.done and self.result is not None:
+            yield self.result
+            return
+        last = after
         while True:
             for event in [e for e in self.events if e.seq > last]:
                 last = event.seq
@@ -125,6 +135,8 @@ class QueryRuns:
         self.max_channels = max_channels
         self.max_active = max_active
         self._channels: dict[str, Channel] = {}
+        # microseconds since the epoch to start with: ids keep growing across runs and restarts
+        self._ids = itertools.count(time.time_ns() // 1000)
 
     def active(self) -> int:
         return sum(1 for c in self._channels.values() if not c.done)
@@ -133,14 +145,14 @@ class QueryRuns:
         self._expire()
         return self._channels.get(session_id)
 
-    def start(self, session_id: str, query: str, product: str | None) -> Channel:
+    def start(self, session_id: str, query: str, product: str | None, owner: str = "") -> Channel:
         self._expire()
         current = self._channels.get(session_id)
         if current is not None and not current.done:
             raise SessionBusy(session_id)
         if self.active() >= self.max_active:
             raise ServerBusy()
-        channel = self._channels[session_id] = Channel(session_id, self.max_events)
+        channel = self._channels[session_id] = Channel(session_id, self.max_events, self._ids, owner)
         channel.task = asyncio.create_task(self._run(channel, query, product), name=f"query-{session_id}")
         return channel
 

@@ -11,9 +11,15 @@ from services.task_store import get_task_store
 
 log = logging.getLogger("api.uploads")
 
+
 def upload_body_limit() -> int:
     """Whole multipart body: every file at its maximum, plus room for the form framing."""
     return MAX_FILES * get_settings().max_upload_mb * 1024 * 1024 + 1024 * 1024
+
+
+def upload_part_limit() -> int:
+    """One file: cut off at MAX_UPLOAD_MB while it arrives (validation afterwards gives the exact size)."""
+    return get_settings().max_upload_mb * 1024 * 1024
 
 
 class ImportQueue:
@@ -23,18 +29,20 @@ class ImportQueue:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api-import")
 
     def submit(self, staged: list[StagedFile], product: str | None,
-               products: dict[str, str] | None = None) -> list[str]:
-        """One job for the batch: its files are one set, their products recognised together."""
+               products: dict[str, str] | None = None, *, by: str) -> list[str]:
+        """One job for the batch: its files are one set, their products recognised together.
+        `by`: the user who uploaded them (kept with each task and document)."""
         tasks = get_task_store()
         for item in staged:
-            tasks.create(item.task_id, item.name, product=product or (products or {}).get(item.name))
-        self._pool.submit(self._run, staged, product, products)
+            tasks.create(item.task_id, item.name, product=product or (products or {}).get(item.name), by=by)
+        self._pool.submit(self._run, staged, product, products, by)
         return [item.task_id for item in staged]
 
     @staticmethod
-    def _run(staged: list[StagedFile], product: str | None, products: dict[str, str] | None) -> None:
+    def _run(staged: list[StagedFile], product: str | None, products: dict[str, str] | None, by: str) -> None:
         try:
-            import_set([item.path for item in staged], staged=staged, product=product, products=products)
+            import_set([item.path for item in staged], staged=staged, product=product, products=products,
+                       updated_by=by)
         except Exception as exc:  # run_import records its own failures; this covers the task store itself
             log.exception("background import crashed")
             for item in staged:
@@ -44,18 +52,18 @@ class ImportQueue:
                 except Exception:
                     log.exception("could not record the failure of task %s", item.task_id)
 
-    def submit_reindex(self) -> str:
+    def submit_reindex(self, by: str) -> str:
         task_id = uuid.uuid4().hex
-        get_task_store().create(task_id, "重建索引")
-        self._pool.submit(self._reindex, task_id)
+        get_task_store().create(task_id, "重建索引", by=by)
+        self._pool.submit(self._reindex, task_id, by)
         return task_id
 
     @staticmethod
-    def _reindex(task_id: str) -> None:
+    def _reindex(task_id: str, by: str) -> None:
         tasks = get_task_store()
         try:
             tasks.start(task_id)
-            result = catalog.reindex_all(progress=lambda text: tasks.progress(task_id, text))
+            result = catalog.reindex_all(updated_by=by, progress=lambda text: tasks.progress(task_id, text))
             tasks.complete(task_id, result)
         except Exception as exc:
             log.exception("reindex failed")

@@ -6,7 +6,6 @@ import argparse
 
 import collections
 import contextlib
-import json
 import os
 import platform
 import re
@@ -18,9 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from bench.shared import CORPUS
+from bench.tables import fmt, md_table, percentiles, write_json  # noqa: F401  (re-exported to the benches)
 from graphs.importing import ImportResult, doc_identity, iter_import_files, run_import
 from graphs.query.graph import build_query_graph
 from graphs.query.runner import initial_state
@@ -38,6 +36,7 @@ RETRIEVAL_OPTIONS = {"web_search": False, "hyde": False}
 ANSWER_NODE = "node_answer_output"
 # Storage servers are left out so a benchmark never writes into a real knowledge base.
 STORAGE_SERVER_VARS = ("MILVUS_URL", "MONGO_URL", "MINIO_ENDPOINT")
+COLLECTION_VARS = ("CHUNKS_COLLECTION", "ITEM_NAME_COLLECTION")
 EXTRA_FIELDS = ["chunk_id", "content", "title", "file_title", "item_name"]
 INSERT_BATCH = 2000
 CJK_FONTS = ["Noto Sans CJK SC", "Noto Sans CJK JP", "WenQuanYi Micro Hei", "SimHei", "Microsoft YaHei",
@@ -49,25 +48,35 @@ class BenchError(Exception):
 
 
 @contextlib.contextmanager
-def isolated_data_dir(path: str | Path | None = None, keep: bool = False):
+def isolated_data_dir(path: str | Path | None = None, keep: bool = False, milvus_url: str = ""):
     """Point DATA_DIR at a fresh folder (embedded stores only) for the duration, then restore.
 
     The vector store is cached per Milvus file, so the new folder gets its own; it is closed on exit.
-    A temporary folder is removed afterwards unless `keep`.
+    A temporary folder is removed afterwards unless `keep`. `milvus_url`: a throwaway Milvus server
+    named on the command line instead of Milvus Lite; this run's collections get names of their
+    own there and are dropped on exit.
     """
     folder = Path(path) if path else Path(tempfile.mkdtemp(prefix="zgzk-bench-"))
     if folder.exists() and any(folder.iterdir()):
         raise BenchError(f"数据目录必须是空的或不存在：{folder}")
     folder.mkdir(parents=True, exist_ok=True)
-    saved = {k: os.environ.get(k) for k in ("DATA_DIR", *STORAGE_SERVER_VARS)}
+    saved = {k: os.environ.get(k) for k in ("DATA_DIR", *STORAGE_SERVER_VARS, *COLLECTION_VARS)}
     os.environ["DATA_DIR"] = str(folder.resolve())
     for var in STORAGE_SERVER_VARS:
         os.environ[var] = ""
+    if milvus_url:
+        tag = re.sub(r"\W", "_", folder.name)
+        os.environ.update(MILVUS_URL=milvus_url, CHUNKS_COLLECTION=f"bench_{tag}_chunks",
+                          ITEM_NAME_COLLECTION=f"bench_{tag}_items")
     reload_settings()
     try:
         yield folder
     finally:
-        get_vector_store().close()
+        store = get_vector_store()
+        if milvus_url:
+            for name in (store.chunks, store.items):
+                store.client.drop_collection(name)
+        store.close()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -136,7 +145,7 @@ def import_docs(files: list[Path], log=print) -> list[ImportResult]:
 
 
 def work_markdown(result: ImportResult) -> Path:
-    """The Markdown the import graph split (`{stem}_new.md` in the document's work folder)."""
+    """The Markdown the import graph split (`{doc_id}_new.md` in the document's work folder)."""
     _, doc_key = doc_identity(Path(result.file))
     found = sorted((get_settings().data_dir / "work" / doc_key).glob("*_new.md"))
     if not found:
@@ -184,14 +193,6 @@ def rank_metrics(ranks: list[int | None]) -> dict:
     out[f"mrr@{TOP_K}"] = round(sum(1 / r for r in ranks if r and r <= TOP_K) / n, 4) if n else None
     out["n"] = n
     return out
-
-
-def percentiles(values: list[float]) -> dict:
-    """p50 / p95 in milliseconds."""
-    if not values:
-        return {"p50_ms": None, "p95_ms": None, "n": 0}
-    p50, p95 = np.percentile(np.asarray(values, dtype=float) * 1000, [50, 95])
-    return {"p50_ms": round(float(p50), 2), "p95_ms": round(float(p95), 2), "n": len(values)}
 
 
 def node_latency(runs: list[dict[str, float]]) -> dict[str, dict]:
@@ -333,20 +334,6 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def fmt(value, digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def md_table(headers: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def machine_line(machine: dict, load_end: list[float]) -> str:
     return (f"{machine['cores']} 核，开始时负载 {machine['load_avg_1_5_15']}，结束时负载 {load_end}；"
             f"向量模型 {machine['embedder']}，精排 {machine['reranker']}，大模型 {machine['llm']}")
@@ -368,6 +355,3 @@ def pyplot():
     plt.rcParams["axes.unicode_minus"] = False
     return plt
 
-
-def write_json(path: Path, data) -> None:
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")

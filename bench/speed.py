@@ -42,6 +42,7 @@ BRANDS = ["星河", "北辰", "Acme", "Nova", "千帆", "Zeta", "天工", "Orion
 SERIES = ["QX", "RT", "KZ", "HL", "PW", "GN"]
 KINDS = ["开发板", "主板", "模块", "控制器", "传感器"]
 PROFILE_QUERIES = 20
+CONFIRM_NODE = "node_item_name_confirm"
 
 
 def synthetic_name(p: int) -> str:
@@ -188,11 +189,14 @@ def grow(pool: dict, first: int, count: int, per_product: int, rng: np.random.Ge
 def measure(questions: list[str], label, rows: int, profile_target: float | None, log) -> dict:
     """Retrieval-path latency per node over the questions, after one untimed first query."""
     _, first = retrieval_path(questions[0])
-    runs, totals = [], []
+    runs, totals, by_method = [], [], {}
     for q in questions:
         state, seconds = retrieval_path(q)
         totals.append(seconds)
         runs.append(node_seconds(state))
+        # lexical decisions cost the name matching only; "evidence" ones also search every product's chunks
+        method = (state.get("decision") or {}).get("method", "—")
+        by_method.setdefault(method, []).append(runs[-1].get(CONFIRM_NODE, 0.0))
     embedder = get_embedder()
     embeds = []
     for q in questions:
@@ -200,7 +204,8 @@ def measure(questions: list[str], label, rows: int, profile_target: float | None
         embedder.embed_query(q)
         embeds.append(time.perf_counter() - t)
     out = {"label": label, "rows": rows, "first_query_s": round(first, 3), "retrieval_path": percentiles(totals),
-           "nodes": node_latency(runs), "query_embedding": percentiles(embeds), "peak_rss_mb": peak_rss_mb()}
+           "nodes": node_latency(runs), "query_embedding": percentiles(embeds), "peak_rss_mb": peak_rss_mb(),
+           "confirm_by_method": {m: percentiles(v) for m, v in sorted(by_method.items())}}
     p50 = out["retrieval_path"]["p50_ms"]
     log(f"  {rows} 个切片：检索路径 p50 {p50} 毫秒，p95 {out['retrieval_path']['p95_ms']} 毫秒，"
         f"首次查询 {first:.2f} 秒")
@@ -287,6 +292,14 @@ def latency_table(report: dict) -> str:
     return md_table(headers, rows)
 
 
+def confirm_table(report: dict) -> str:
+    levels = report["scale"]["levels"]
+    methods = list(dict.fromkeys(m for lv in levels for m in lv["confirm_by_method"]))
+    rows = [[lv["rows"], *[f"{v['p50_ms']:.1f} / {v['p95_ms']:.1f}（{v['n']} 题）" if (v := lv["confirm_by_method"].get(m))
+                           else "—" for m in methods]] for lv in levels]
+    return md_table(["切片数", *[f"{m} p50/p95" for m in methods]], rows)
+
+
 def profile_sections(report: dict) -> list[str]:
     found = [(f"{report['long_pdf_import']['built_pages']} 页 PDF 导入", report["long_pdf_import"].get("profile"), "整次导入")]
     found += [(f"{lv['rows']} 个切片的检索路径", lv.get("profile"), "每个问题") for lv in report["scale"]["levels"]]
@@ -307,6 +320,7 @@ def report_markdown(report: dict) -> str:
     lines = [
         "# 速度与规模基准报告", "",
         f"- 生成时间：{report['generated_at']}；机器：{machine_line(report['machine'], report['load_avg_end'])}",
+        f"- 向量库：{report['vector_store']}",
         f"- 进程启动到开始计时（解释器与模块导入）：{report['startup_s']} 秒；向量模型加载 {c['model_load_s']} 秒，"
         f"精排器加载 {c['reranker_load_s']} 秒，Milvus Lite 启动 {c['store_open_s']} 秒（都计入样例语料导入用时）",
         "", "## 导入", "", import_table(report), "", node_table(report), "",
@@ -314,6 +328,8 @@ def report_markdown(report: dict) -> str:
         f"每个规模跑问答集的全部 {report['questions']} 题（关闭联网与 HyDE，到回答节点前为止），"
         "先跑一次不计时的首次查询。", "",
         latency_table(report), "",
+        "产品确认节点按判定方式（lexical：问题里写了产品名，只做名称匹配；evidence：没写产品名，还要在全部产品的切片里检索证据）：", "",
+        confirm_table(report), "",
     ]
     if s.get("growth"):
         syn = s["synthetic"]
@@ -364,7 +380,8 @@ def chart(report: dict, path: Path) -> None:
 
 def run(out: str | Path, docs: list[str | Path] | None = None, qa: str | Path = QA_FILE,
         sizes: list[int] = DEFAULT_SIZES, pdf_pages: int = 100, pool: int = 2000, per_product: int = 100,
-        profile: bool = True, data_dir: str | Path | None = None, keep_data: bool = False, log=print) -> dict:
+        profile: bool = True, data_dir: str | Path | None = None, keep_data: bool = False, milvus_url: str = "",
+        log=print) -> dict:
     startup = time.time() - psutil.Process().create_time()
     files = expand_docs(docs) if docs else corpus_docs()
     questions = [q.question for q in load_qa(qa)]
@@ -374,13 +391,13 @@ def run(out: str | Path, docs: list[str | Path] | None = None, qa: str | Path = 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     load_start = [round(x, 2) for x in os.getloadavg()]
-    with isolated_data_dir(data_dir, keep=keep_data) as folder:
+    with isolated_data_dir(data_dir, keep=keep_data, milvus_url=milvus_url) as folder:
         log(f"数据目录：{folder}")
         log("导入样例语料……")
         corpus = corpus_phase(files, log)
         log(f"  共 {corpus['seconds']} 秒（含模型加载 {corpus['model_load_s']} 秒）")
         log("导入长 PDF……")
-        with isolated_data_dir(keep=keep_data) as pdf_folder:
+        with isolated_data_dir(keep=keep_data, milvus_url=milvus_url) as pdf_folder:
             long_pdf = long_pdf_phase(pdfs, pdf_pages, pdf_folder, profile, log)
         log(f"  {long_pdf['pages']} 页，{long_pdf['seconds']} 秒，{long_pdf['pages_per_s']} 页/秒")
         log("检索耗时与集合大小……")
@@ -389,13 +406,15 @@ def run(out: str | Path, docs: list[str | Path] | None = None, qa: str | Path = 
     machine["load_avg_1_5_15"] = load_start
     report = {"generated_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine,
               "load_avg_end": [round(x, 2) for x in os.getloadavg()], "startup_s": round(startup, 2),
-              "questions": len(questions), "corpus_import": corpus, "long_pdf_import": long_pdf, "scale": scale}
+              "questions": len(questions), "corpus_import": corpus, "long_pdf_import": long_pdf, "scale": scale,
+              "vector_store": f"Milvus 服务器 {milvus_url}" if milvus_url else "Milvus Lite（内嵌）"}
     report["targets"] = targets(report)
     write_json(out / "speed.json", report)
     (out / "speed.md").write_text(report_markdown(report), encoding="utf-8")
     chart(report, out / "speed.png")
     log(import_table(report))
     log(latency_table(report))
+    log(confirm_table(report))
     log(targets_table(report["targets"]))
     log(f"报告已写入 {out}")
     return report
@@ -411,12 +430,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", type=int, default=2000, help="合成切片素材的文本段数（各向量化一次）")
     parser.add_argument("--per-product", type=int, default=100, help="每个合成产品的切片数")
     parser.add_argument("--no-profile", action="store_true", help="未达标时不做剖析")
+    parser.add_argument("--milvus-url", default="",
+                        help="改测一个 Milvus 服务器（只用于基准的临时服务器；本次的集合用单独的名字，结束后删除）")
     add_data_dir_options(parser)
     args = parser.parse_args(argv)
     if args.pdf_pages < 1 or args.pool < 1 or args.per_product < 1 or any(s < 1 for s in args.sizes):
         parser.error("页数、素材段数、每产品切片数和规模都必须是正整数")
     return run_cli(lambda: run(args.out, args.docs, args.qa, args.sizes, args.pdf_pages, args.pool,
-                               args.per_product, not args.no_profile, args.data_dir, args.keep_data), "基准")
+                               args.per_product, not args.no_profile, args.data_dir, args.keep_data,
+                               args.milvus_url), "基准")
 
 
 if __name__ == "__main__":

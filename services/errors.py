@@ -47,6 +47,10 @@ class EmbeddingError(ImportProcessError):
     pass
 
 
+class RerankError(ImportProcessError):
+    pass
+
+
 class LLMError(ImportProcessError):
     pass
 

@@ -18,6 +18,7 @@ from services.errors import StorageError, ValidationError
 from services.settings import Settings, get_settings
 
 HISTORY_COLLECTION = "chat_message"
+OWNERS_COLLECTION = "session_owner"  # session_id -> the user it belongs to (chat threads and API sessions)
 UPDATABLE_FIELDS = frozenset({"role", "text", "rewritten_query", "item_names", "image_urls", "status", "ts"})
 
 IndexKeys = Sequence[tuple[str, int]]
@@ -191,6 +192,23 @@ class HistoryStore:
                 if not entry["first_user_text"] and doc.get("role") == "user":
                     entry["first_user_text"] = doc.get("text", "")
         return sorted(sessions.values(), key=lambda s: s["last_ts"], reverse=True)[:max(limit, 0)]
+
+    def owner(self, session_id: str) -> str | None:
+        with self.db.collection(OWNERS_COLLECTION, "读取会话归属", indexes=[[("session_id", 1)]]) as owners:
+            doc = owners.find_one({"session_id": session_id})
+        return (doc or {}).get("owner")
+
+    def claim(self, session_id: str, owner: str) -> bool:
+        """Give an unowned session to `owner`; True when it is (now or already) theirs. Ownership is
+        never released, so a deleted conversation's id can not be taken over by someone else."""
+        if not session_id or not owner:
+            raise ValidationError("会话ID和用户不能为空")
+        with self.db.collection(OWNERS_COLLECTION, "保存会话归属", indexes=[[("session_id", 1)]]) as owners:
+            owners.update_one({"session_id": session_id},
+                              {"$setOnInsert": {"session_id": session_id, "owner": owner, "ts": now_ts()}},
+                              upsert=True)
+            doc = owners.find_one({"session_id": session_id})
+        return (doc or {}).get("owner") == owner
 
     def delete_session(self, session_id: str) -> int:
         with self._messages("删除会话记录") as messages:

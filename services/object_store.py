@@ -13,6 +13,7 @@ import mimetypes
 import os
 import shutil
 import threading
+import uuid
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
@@ -156,7 +157,8 @@ class LocalObjectStore(ObjectStore):
 
     def _put(self, name: str, path: Path) -> None:
         target = self._path(name)
-        tmp = target.with_name(f".{target.name}.part")
+        # a short temporary name: a 250-byte file name plus a suffix would pass the 255-byte limit
+        tmp = target.with_name(f".{uuid.uuid4().hex}.part")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, tmp)

@@ -137,15 +137,17 @@ def page_count(pdf_path: Path) -> int:
 
 
 def pdf_to_markdown(pdf_path: Path, out_dir: Path, settings: Settings | None = None,
-                    progress: Progress = None) -> Path:
-    """Convert `pdf_path`; returns the written `{out_dir}/{pdf_stem}.md`. Raises PdfConversionError."""
+                    progress: Progress = None, stem: str | None = None) -> Path:
+    """Convert `pdf_path`; returns the written `{out_dir}/{stem}.md` (the PDF's own stem by default:
+    callers importing a user's file pass a short id, so no written name outgrows the file system's
+    255 bytes). Raises PdfConversionError."""
     settings = settings or get_settings()
     pdf_path, out_dir = Path(pdf_path), Path(out_dir)
     with _open_checked(pdf_path) as doc:
         pages = doc.page_count
         has_text = any(page.get_text().strip() for page in doc)
     out_dir.mkdir(parents=True, exist_ok=True)
-    md_path = out_dir / f"{pdf_path.stem}.md"
+    md_path = out_dir / f"{stem or pdf_path.stem}.md"
     if settings.mineru_api_token:
         _mineru(pdf_path, out_dir, md_path, settings, progress)
     else:
@@ -170,7 +172,7 @@ def _local(pdf_path: Path, out_dir: Path, md_path: Path) -> None:
     images = out_dir / "images"
     images.mkdir(exist_ok=True)
     # Image files are named "{filename}-{page}-{n}.jpg"; a link-safe stem keeps the Markdown links valid
-    safe_stem = re.sub(r"[^\w.-]+", "-", pdf_path.stem)
+    safe_stem = re.sub(r"[^\w.-]+", "-", md_path.stem)
     try:
         doc = pymupdf.open(str(pdf_path))
         # Table detection is three quarters of the parse time (measured: 4.0 vs 15.7 pages/s on a

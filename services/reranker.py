@@ -1,6 +1,7 @@
 """Cross-encoder relevance scores in 0..1 for (query, passage) pairs.
 
-Production: `FlagReranker(BGE_RERANKER_LARGE)` (query first, pitfall 9). No package ships
+A rerank server when `RERANK_URL` is set (TEI / Infinity-style `POST /rerank`), else in process
+`FlagReranker(BGE_RERANKER_LARGE)` (query first, pitfall 9). No package ships
 cross-encoder weights, so offline the scorer fuses the dense cosine of the whole passage with how
 much of the question's vocabulary the passage covers; `name` says which scorer ran.
 """
@@ -14,8 +15,8 @@ from functools import lru_cache
 import jieba
 import numpy as np
 
-from services.embeddings import get_embedder, validate_model_dir
-from services.errors import ConfigurationError
+from services.embeddings import get_embedder, post_json, validate_model_dir
+from services.errors import ConfigurationError, RerankError
 from services.settings import Settings, get_settings
 
 jieba.setLogLevel(60)
@@ -115,8 +116,38 @@ class FlagRerankerScorer(Reranker):
         return [round(1 / (1 + math.exp(-float(x))), 4) for x in raw]
 
 
+class HttpReranker(Reranker):
+    """Scores from a rerank server. The body carries the passages as `texts` (TEI) and `documents`
+    (Infinity, Cohere-style); both reply shapes are read: TEI's `[{index, score}]` and
+    `{results: [{index, relevance_score}]}`. Scores are the server's normalised 0..1 ones."""
+
+    def __init__(self, settings: Settings):
+        self._url = f"{settings.rerank_url}/rerank"
+        self._model, self._key, self._timeout = settings.rerank_model, settings.rerank_api_key, settings.rerank_timeout_s
+        self.name = f"rerank-server:{self._model}"
+
+    def score(self, query: str, docs: list[dict]) -> list[float]:
+        if not docs:
+            return []
+        texts = [d["content"] for d in docs]
+        data = post_json(self._url, {"model": self._model, "query": query, "texts": texts, "documents": texts,
+                                     "raw_scores": False, "truncate": True, "return_documents": False},
+                         what="精排服务", setting="RERANK_TIMEOUT_S", timeout_s=self._timeout, api_key=self._key,
+                         error=RerankError)
+        rows = data.get("results", data) if isinstance(data, dict) else data
+        try:
+            scores = {int(r["index"]): float(r["score"] if "score" in r else r["relevance_score"]) for r in rows}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RerankError(f"精排服务（{self._url}）的回复格式无法识别：{str(data)[:200]}", cause=exc) from exc
+        if sorted(scores) != list(range(len(docs))):
+            raise RerankError(f"精排服务（{self._url}）为 {len(docs)} 段文本返回了 {len(scores)} 个分数。")
+        return [round(scores[i], 4) for i in range(len(docs))]
+
+
 @lru_cache(maxsize=4)
 def _build(settings: Settings) -> Reranker:
+    if settings.rerank_url:
+        return HttpReranker(settings)
     if settings.bge_reranker_large:
         return FlagRerankerScorer(settings.bge_reranker_large, settings.bge_fp16, settings.bge_device)
     return OfflineReranker(settings)

@@ -30,6 +30,10 @@ def _float(name: str, default: float) -> float:
     return float(raw) if raw else default
 
 
+def _list(name: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in _env(name).split(",") if part.strip())
+
+
 def _bool(name: str, default: bool) -> bool:
     raw = _env(name).lower()
     if not raw:
@@ -59,6 +63,15 @@ class Settings:
     bge_fp16: bool = False
     bge_reranker_large: str = ""
     embed_batch_size: int = 8
+    # model servers: when set they replace the in-process models
+    embeddings_url: str = ""
+    embeddings_model: str = "bge-m3"
+    embeddings_api_key: str = ""
+    embeddings_timeout_s: float = 30.0
+    rerank_url: str = ""
+    rerank_model: str = "bge-reranker-large"
+    rerank_api_key: str = ""
+    rerank_timeout_s: float = 30.0
     # vector store
     milvus_url: str = ""
     chunks_collection: str = "kb_chunks"
@@ -78,8 +91,19 @@ class Settings:
     # limits
     max_upload_mb: int = 100
     max_context_chars: int = 12000
-    # http api
-    api_key: str = ""
+    # who may use the app
+    api_auth: bool = True
+    api_keys: str = ""
+    cors_origins: tuple[str, ...] = ()
+    auth_users: str = ""
+    admin_password: str = ""
+    login_max_failures: int = 5
+    login_lock_s: float = 300.0
+    login_delay_s: float = 0.5
+    # remote images in uploaded documents
+    remote_image_hosts: tuple[str, ...] = ()
+    remote_image_max_mb: float = 5.0
+    remote_image_timeout_s: float = 10.0
 
     @property
     def milvus_uri(self) -> str:
@@ -121,6 +145,14 @@ def load_settings() -> Settings:
         bge_fp16=_bool("BGE_FP16", False),
         bge_reranker_large=_env("BGE_RERANKER_LARGE"),
         embed_batch_size=_int("EMBED_BATCH_SIZE", 8),
+        embeddings_url=_env("EMBEDDINGS_URL").rstrip("/"),
+        embeddings_model=_env("EMBEDDINGS_MODEL", "bge-m3"),
+        embeddings_api_key=_env("EMBEDDINGS_API_KEY"),
+        embeddings_timeout_s=_float("EMBEDDINGS_TIMEOUT_S", 30.0),
+        rerank_url=_env("RERANK_URL").rstrip("/"),
+        rerank_model=_env("RERANK_MODEL", "bge-reranker-large"),
+        rerank_api_key=_env("RERANK_API_KEY"),
+        rerank_timeout_s=_float("RERANK_TIMEOUT_S", 30.0),
         milvus_url=_env("MILVUS_URL"),
         chunks_collection=_env("CHUNKS_COLLECTION", "kb_chunks"),
         item_name_collection=_env("ITEM_NAME_COLLECTION", "kb_item_names"),
@@ -135,7 +167,17 @@ def load_settings() -> Settings:
         mcp_api_key=_env("MCP_API_KEY") or _env("OPENAI_API_KEY"),
         max_upload_mb=_int("MAX_UPLOAD_MB", 100),
         max_context_chars=_int("MAX_CONTEXT_CHARS", 12000),
-        api_key=_env("API_KEY"),
+        api_auth=_env("API_AUTH", "on").lower() not in {"off", "0", "false", "no"},
+        api_keys=_env("API_KEYS"),
+        cors_origins=_list("CORS_ORIGINS"),
+        auth_users=_env("AUTH_USERS"),
+        admin_password=_env("ADMIN_PASSWORD"),
+        login_max_failures=_int("LOGIN_MAX_FAILURES", 5),
+        login_lock_s=_float("LOGIN_LOCK_S", 300.0),
+        login_delay_s=_float("LOGIN_DELAY_S", 0.5),
+        remote_image_hosts=tuple(h.lower() for h in _list("REMOTE_IMAGE_HOSTS")),
+        remote_image_max_mb=_float("REMOTE_IMAGE_MAX_MB", 5.0),
+        remote_image_timeout_s=_float("REMOTE_IMAGE_TIMEOUT_S", 10.0),
     )
 
 

@@ -35,10 +35,10 @@ class TaskStore:
         if not matched:
             raise StorageError(f"{action}失败：导入任务不存在：{task_id}")
 
-    def create(self, task_id: str, file_name: str, product: str | None = None) -> dict:
-        """Fresh pending task (re-creating an id starts it over)."""
+    def create(self, task_id: str, file_name: str, product: str | None = None, by: str = "") -> dict:
+        """Fresh pending task (re-creating an id starts it over); `by` is the user who asked for it."""
         now = now_ts()
-        doc = {"task_id": task_id, "status": PENDING, "file_name": file_name, "product": product,
+        doc = {"task_id": task_id, "status": PENDING, "file_name": file_name, "product": product, "by": by,
                "done_list": [], "running_list": [], "error": "", "result": None, "created": now, "updated": now}
         with self._tasks("创建导入任务") as tasks:
             tasks.replace_one({"task_id": task_id}, doc, upsert=True)

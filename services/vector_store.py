@@ -7,6 +7,7 @@ and `filter_params` templates fail, so filters are built here with escaping.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -24,10 +25,13 @@ from services.settings import Settings, get_settings
 log = logging.getLogger("services.vector_store")
 # Milvus Lite's in-process gRPC server logs an unimplemented AllocTimestamp call on connect.
 logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
+# Lite hands query iterators no MVCC timestamp; the client-side one it falls back to is what we want.
+logging.getLogger("pymilvus.client.iterator.query_iterator").setLevel(logging.ERROR)
 
 ITEM_NAMES_TTL_S = 5.0
 MAX_CONTENT_BYTES = 65000  # VARCHAR(65535) is counted in UTF-8 bytes by the server
 INSERT_BATCH = 256  # rows per insert call: keeps each request far below the gRPC message limit
+QUERY_PAGE = 4096  # rows per page of a read: a server refuses offset + limit above 16384, an iterator has no cap
 CHUNK_FIELDS = ["chunk_id", "content", "title", "parent_title", "file_title", "doc_id", "item_name", "part",
                 "page_start", "page_end"]
 ANALYZER = {"tokenizer": "jieba"}
@@ -80,7 +84,10 @@ class VectorStore:
         self.embedder = embedder
         self.chunks = settings.chunks_collection
         self.items = settings.item_name_collection
-        self._lock = threading.RLock()  # Lite is one file per process; keep calls serial
+        self._lock = threading.RLock()  # guards the client's creation and closing
+        # Lite is one file served by one in-process engine: keep its calls serial. A server takes
+        # concurrent calls, and serialising them here would make every question wait for an import.
+        self._serial = self._lock if not settings.milvus_url else contextlib.nullcontext()
         self._client: MilvusClient | None = None
         self._ready = False
         self._names: tuple[float, list[dict]] | None = None  # (read at, rows) of kb_item_names
@@ -190,7 +197,7 @@ class VectorStore:
             client.load_collection(name)
 
     def _call(self, what: str, fn, *args, **kwargs):
-        with self._lock:
+        with self._serial:
             try:
                 return fn(*args, **kwargs)
             except (ConfigurationError, MilvusError):
@@ -289,18 +296,22 @@ class VectorStore:
                          consistency_level="Strong")
         return int(res[0]["count(*)"]) if res else 0
 
-    def query(self, collection: str, expr: str, fields: list[str], limit: int = 16384) -> list[dict]:
-        return self._call("查询", self.client.query, collection, filter=expr, output_fields=fields, limit=limit)
+    def query(self, collection: str, expr: str, fields: list[str]) -> list[dict]:
+        """Every row matching `expr`, read page by page: no cap on how many."""
+        return self._call("查询", self._read_all, collection, expr, fields)
 
-    def query_all(self, collection: str, expr: str, fields: list[str], page: int = 4096) -> list[dict]:
-        """Every row that matches, read a page at a time (no cap on how many there are)."""
+    def _read_all(self, collection: str, expr: str, fields: list[str]) -> list[dict]:
+        pages = self.client.query_iterator(collection, batch_size=QUERY_PAGE, filter=expr, output_fields=fields)
         rows: list[dict] = []
-        while True:
-            batch = self._call("查询", self.client.query, collection, filter=expr, output_fields=fields,
-                               limit=page, offset=len(rows))
-            rows += batch
-            if len(batch) < page:
-                return rows
+        try:
+            while page := pages.next():
+                rows += page
+        finally:
+            pages.close()
+        return rows
+
+    # One paged read under both names: offset paging would fail past offset + limit = 16384 on a server.
+    query_all = query
 
     def doc_counts(self) -> dict[str, int]:
         """doc_id -> chunks, for every document the store holds."""

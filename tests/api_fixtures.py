@@ -13,6 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from api import create_app, sse
+from conftest import auth_header
 from fakes._http import UvicornThread
 from fakes.openai_server import ScriptedOpenAI
 
@@ -52,9 +53,14 @@ def api_server() -> Iterator[ApiServer]:
         yield server
 
 
+def api_client(base_url: str, user: str = "tester", timeout: float = 120) -> httpx.Client:
+    """A client speaking as one of the suite's API users (conftest.API_USERS)."""
+    return httpx.Client(base_url=base_url, headers=auth_header(user), timeout=timeout)
+
+
 @pytest.fixture()
 def api(api_server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=api_server.base_url, timeout=120) as client:
+    with api_client(api_server.base_url) as client:
         yield client
 
 

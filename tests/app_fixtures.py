@@ -30,6 +30,7 @@ PRELOADED = [*CORPUS_DOCS[:3], CORPUS_DOCS[8]]
 IMPORT_TIMEOUT_S = 300
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 15
+ADMIN_PASSWORD = "browser-admin-pass-1"  # the admin's password set from the environment, as a deployment may
 
 
 @dataclass
@@ -81,8 +82,9 @@ def running_app(tmp_path_factory) -> Iterator[RunningApp]:
     app_root.mkdir()
     for name in (".chainlit", "public", "chainlit.md"):
         (app_root / name).symlink_to(ROOT / name)
-    # offline like the rest of the suite (conftest cleared the keys); login with the documented default
-    env = {**os.environ, "DATA_DIR": str(data_dir), "AUTH_USERS": "", "CHAINLIT_AUTH_SECRET": "",
+    # offline like the rest of the suite (conftest cleared the keys); the admin logs in with ADMIN_PASSWORD
+    env = {**os.environ, "DATA_DIR": str(data_dir), "AUTH_USERS": "", "ADMIN_PASSWORD": ADMIN_PASSWORD,
+           "CHAINLIT_AUTH_SECRET": "",
            "CHAINLIT_APP_ROOT": str(app_root), "PYTHONUNBUFFERED": "1"}
     # `chainlit run` reads CI=true (set by CI) as its own CI mode, which plants a fake OPENAI_API_KEY.
     env.pop("CI", None)

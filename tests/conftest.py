@@ -13,8 +13,13 @@ from pathlib import Path
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="zgzk-test-"))
 os.environ["DATA_DIR"] = str(_SESSION_DIR / "data")
 for _var in ("OPENAI_API_KEY", "MINERU_API_TOKEN", "MILVUS_URL", "MONGO_URL", "MINIO_ENDPOINT",
-             "MCP_DASHSCOPE_BASE_URL", "BGE_M3_PATH", "BGE_RERANKER_LARGE", "API_KEY"):
+             "MCP_DASHSCOPE_BASE_URL", "BGE_M3_PATH", "BGE_RERANKER_LARGE", "API_KEYS", "API_AUTH", "CORS_ORIGINS",
+             "AUTH_USERS", "ADMIN_PASSWORD", "REMOTE_IMAGE_HOSTS"):
     os.environ[_var] = ""
+# API users of the suite: `tester` is the one the `api` client speaks as (see api_fixtures.py)
+API_USERS = {"tester": ("tester-key-0001", "editor"), "alice": ("alice-key-0001", "editor"),
+             "bob": ("bob-key-0001", "editor"), "rita": ("rita-key-0001", "reader")}
+os.environ["API_KEYS"] = ",".join(f"{name}:{key}:{role}" for name, (key, role) in API_USERS.items())
 
 import pytest  # noqa: E402
 
@@ -35,6 +40,10 @@ CORPUS_DOCS = [
 ]
 
 reload_settings()
+
+
+def auth_header(user: str = "tester") -> dict[str, str]:
+    return {"Authorization": f"Bearer {API_USERS[user][0]}"}
 
 
 @pytest.fixture(scope="session")

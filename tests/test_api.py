@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from api import health as api_health, mount_api, runs as api_runs, uploads as api_uploads
 from api_fixtures import (  # noqa: F401 (fixtures)
-    ApiServer, api, api_server, ask_stream, iter_sse, model, question_of, read_sse, wait_task,
+    ApiServer, api, api_client, api_server, ask_stream, iter_sse, model, question_of, read_sse, wait_task,
 )
 from api.runs import QueryRuns
 from conftest import CORPUS_DOCS
@@ -65,7 +65,7 @@ def test_mount_api_goes_before_a_catch_all_route():
         return {"caught": path}
 
     mount_api(host)
-    with ApiServer(host) as server, httpx.Client(base_url=server.base_url, timeout=60) as client:
+    with ApiServer(host) as server, api_client(server.base_url, timeout=60) as client:
         assert client.get("/api/status/nope").json() == {"error": "导入任务不存在：nope"}
         assert client.get("/api/health").json()["status"] == "ok"
         assert client.get("/chat/page").json() == {"caught": "chat/page"}
@@ -179,10 +179,10 @@ def test_a_late_client_still_gets_final(api, product_of):
     while len(api.get(f"/api/history/{session}").json()["messages"]) < 2:  # the run has finished
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    for _ in range(2):  # and again: the replay buffer is not consumed by a reader
+    for _ in range(2):  # and again: the stored result is not consumed by a reader, and never replayed
         events = read_sse(api, session)
-        assert [e.name for e in events][0] == "ready" and events[-1].name == "final"
-        assert "".join(e.data["delta"] for e in events if e.name == "delta") == events[-1].data["answer"]
+        assert [e.name for e in events] == ["ready", "final"]
+        assert events[-1].data["answer"].strip()
         assert events[-1].data["item_names"] == [product_of["duo256m"]]
 
 
@@ -193,7 +193,7 @@ def test_two_concurrent_sessions_never_see_each_others_events(api, api_server, m
     results: dict[str, tuple[str, list]] = {}
 
     def session(key: str) -> None:
-        with httpx.Client(base_url=api_server.base_url, timeout=120) as client:
+        with api_client(api_server.base_url) as client:
             results[key] = ask_stream(client, questions[key])
 
     threads = [threading.Thread(target=session, args=(k,)) for k in questions]
@@ -233,20 +233,20 @@ def test_stream_of_an_unknown_session_is_404(api):
 
 # --- access ---------------------------------------------------------------------------------------------
 
-def test_api_key_guards_every_route_but_health(api, env):
-    env(API_KEY="s3cret-key")
+def test_api_key_guards_every_route_but_health(api, api_server):
     calls = [("GET", "/api/status/x"), ("POST", "/api/query"), ("GET", "/api/stream/x"),
              ("GET", "/api/history/x"), ("DELETE", "/api/history/x"), ("POST", "/api/upload")]
-    for method, path in calls:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic czNjcmV0LWtleQ=="}):
-            reply = api.request(method, path, headers=headers, json={"query": "x"} if method == "POST" else None)
-            assert reply.status_code == 401, (method, path, headers)
-            assert reply.headers["www-authenticate"] == "Bearer"
-            assert "API 密钥" in reply.json()["error"]
-    good = {"Authorization": "Bearer s3cret-key"}
-    assert api.get("/api/status/x", headers=good).status_code == 404  # past the key check
-    assert api.get("/api/history/x", headers=good).status_code == 200
-    assert api.get("/api/health").status_code == 200
+    with httpx.Client(base_url=api_server.base_url, timeout=60) as stranger:
+        for method, path in calls:
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic czNjcmV0LWtleQ=="}):
+                reply = stranger.request(method, path, headers=headers,
+                                         json={"query": "x"} if method == "POST" else None)
+                assert reply.status_code == 401, (method, path, headers)
+                assert reply.headers["www-authenticate"] == "Bearer"
+                assert "API 密钥" in reply.json()["error"]
+        assert stranger.get("/api/health").status_code == 200
+    assert api.get("/api/status/x").status_code == 404  # past the key check
+    assert api.get("/api/history/x").status_code == 404 and "会话不存在" in api.get("/api/history/x").json()["error"]
 
 
 # --- bad requests -------------------------------------------------------------------------------------------
@@ -334,7 +334,7 @@ def test_upload_imports_in_background_and_status_survives_a_restart(api, env, tm
 
     # a "restart": a fresh task store on the same data dir, and a fresh app
     assert TaskStore(settings).get(task_ids[1])["status"] == "completed"
-    with ApiServer() as restarted, httpx.Client(base_url=restarted.base_url, timeout=60) as client:
+    with ApiServer() as restarted, api_client(restarted.base_url, timeout=60) as client:
         again = client.get(f"/api/status/{task_ids[1]}").json()
         assert (again["status"], again["chunks"], again["item_name"]) == ("completed", done[1]["chunks"], "Milk-V Duo S")
         assert client.get("/api/status/0123456789abcdef").status_code == 404
@@ -407,14 +407,17 @@ def test_sse_wire_format_with_keepalives(api, api_server, model, monkeypatch, pr
     with api.stream("GET", f"/api/stream/{session}") as response:
         raw = "".join(response.iter_text())
     blocks = raw.split("\n\n")
-    assert blocks[0] == f'event: ready\ndata: {{"session_id": "{session}"}}' and blocks[-1] == ""
+    assert blocks[0] == f'retry: 3000\nevent: ready\ndata: {{"session_id": "{session}"}}' and blocks[-1] == ""
     assert ": keep-alive" in blocks
-    events = [b for b in blocks[:-1] if not b.startswith(":")]
+    events = [b for b in blocks[1:-1] if not b.startswith(":")]
+    ids = []
     for block in events:
-        name, data = block.split("\n")
-        assert name.startswith("event: ") and data.startswith("data: ")
+        event_id, name, data = block.split("\n")
+        assert event_id.startswith("id: ") and name.startswith("event: ") and data.startswith("data: ")
+        ids.append(int(event_id[len("id: "):]))
         json.loads(data[len("data: "):])
-    assert events[-1].startswith("event: final\n")
+    assert ids == sorted(set(ids))  # strictly increasing
+    assert events[-1].split("\n")[1] == "event: final"
 
 
 def test_too_many_runs_at_once_is_503(api, api_server, monkeypatch):
@@ -439,8 +442,8 @@ def test_health_reports_a_missing_model_and_a_hanging_backend(api, env, tmp_path
 
 # --- the run registry itself ---------------------------------------------------------------------------------
 
-async def _collect(channel) -> list:
-    return [e async for e in channel.follow(keepalive_s=5)]
+async def _collect(channel, after: int = 0) -> list:
+    return [e async for e in channel.follow(keepalive_s=5, after=after)]
 
 
 async def _runner(events, delay: float = 0.0):
@@ -456,7 +459,7 @@ async def test_replay_buffer_is_bounded_but_keeps_final(monkeypatch):
     runs = QueryRuns(max_events=4)
     channel = runs.start("s1", "问题", None)
     await channel.task
-    late = await _collect(channel)
+    late = await _collect(channel, after=1)  # a reconnect from the first event: only the buffer is left
     assert [e.name for e in late] == ["delta", "delta", "delta", "final"]
     assert late[-1].data["answer"] == "完整答案" and late[-1].data["status"] == "completed"
 

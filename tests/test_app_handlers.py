@@ -34,7 +34,8 @@ from services.object_store import local_images_root
 from services.settings import get_settings
 from services.task_store import get_task_store
 from services.vector_store import get_vector_store
-from ui.auth import check_password, configured_users, ensure_auth_secret, parse_users
+from services.accounts import ADMIN_HASH_FILE, parse_credentials
+from ui.auth import announce_admin_password, check_login, ensure_auth_secret
 from ui.data_layer import HistoryDataLayer
 
 DUO, DUO256M, DUOS = CORPUS_DOCS[0], CORPUS_DOCS[1], CORPUS_DOCS[2]
@@ -83,9 +84,9 @@ class CaptureEmitter(BaseChainlitEmitter):
 class Session:
     """One browser tab: a Chainlit session whose handlers run in their own task (own context)."""
 
-    def __init__(self, thread_id: str | None = None, replies=()):
+    def __init__(self, thread_id: str | None = None, replies=(), user: str = "tester", role: str = "editor"):
         self.session = HTTPSession(id=str(uuid.uuid4()), client_type="webapp", thread_id=thread_id,
-                                   user=User(identifier="tester"))
+                                   user=User(identifier=user, metadata={"provider": "credentials", "role": role}))
         self.emitter = CaptureEmitter(self.session, replies)
         self.thread_id = self.session.thread_id
 
@@ -694,14 +695,97 @@ async def test_startup_survives_an_unavailable_task_store(monkeypatch, caplog):
 # -- login ----------------------------------------------------------------------------------
 async def test_password_login(env, tmp_path):
     login = config.code.password_auth_callback
-    assert (await login("admin", "admin")).identifier == "admin"  # the documented local default
+    settings = env(ADMIN_PASSWORD="from-env-pass", LOGIN_DELAY_S=0)
+    admin = await login("admin", "from-env-pass")
+    assert admin.identifier == "admin" and admin.metadata["role"] == "admin"
     assert await login("admin", "wrong") is None
-    assert parse_users("alice:s3cret, bob:pa:ss ,broken,:x") == {"alice": "s3cret", "bob": "pa:ss"}
-    env(AUTH_USERS="alice:s3cret")
-    users, default = configured_users()
-    assert users == {"alice": "s3cret"} and not default
-    assert check_password(users, "alice", "s3cret") and not check_password(users, "admin", "admin")
-    assert not check_password(users, "nobody", "")
+    assert parse_credentials("alice:s3cret, bob:pa:ss ,broken,:x", "AUTH_USERS") == [
+        ("alice", "s3cret", "editor"), ("bob", "pa:ss", "editor")]
+    assert parse_credentials("rita:pw:reader,ann:a:b:admin", "AUTH_USERS") == [
+        ("rita", "pw", "reader"), ("ann", "a:b", "admin")]
+    settings = env(AUTH_USERS="alice:s3cret,rita:pw:reader")
+    assert (await check_login(settings, "alice", "s3cret")).role == "editor"
+    assert (await login("rita", "pw")).metadata["role"] == "reader"
+    assert await check_login(settings, "admin", "admin") is None
+    assert await check_login(settings, "nobody", "") is None
+
+
+async def test_no_shared_default_password_one_is_generated_and_printed_once(env, tmp_path, capsys):
+    settings = env(DATA_DIR=str(tmp_path / "data"), ADMIN_PASSWORD="", LOGIN_DELAY_S=0)
+    assert await check_login(settings, "admin", "admin") is None  # the old shared default is gone
+    announce_admin_password(settings)
+    printed = capsys.readouterr().out
+    password = printed.split("密码 ")[1].split()[0]
+    assert len(password) >= 16
+    stored = (settings.data_dir / ADMIN_HASH_FILE).read_text()
+    assert stored.startswith("scrypt$") and password not in stored  # only a hash is kept
+    assert (await check_login(settings, "admin", password)).role == "admin"
+    announce_admin_password(settings)  # a restart: nothing new is generated or shown
+    assert capsys.readouterr().out == ""
+    assert (await check_login(settings, "admin", password)).name == "admin"
+
+
+async def test_wrong_passwords_slow_down_then_lock_even_the_right_one(env, tmp_path):
+    settings = env(DATA_DIR=str(tmp_path / "data"), ADMIN_PASSWORD="right-pass", AUTH_USERS="eve:evepass",
+                   LOGIN_MAX_FAILURES=4, LOGIN_LOCK_S=1.5, LOGIN_DELAY_S=0.05)
+    waits = []
+    for _ in range(3):
+        started = time.perf_counter()
+        assert await check_login(settings, "admin", "guess", "10.0.0.9") is None
+        waits.append(time.perf_counter() - started)
+    assert waits[0] >= 0.05 and waits[1] >= 0.1 and waits[2] >= 0.2  # each failure waits longer
+    assert await check_login(settings, "admin", "guess", "10.0.0.9") is None  # the 4th: locked
+    assert await check_login(settings, "admin", "right-pass", "10.0.0.7") is None  # the name is locked
+    assert await check_login(settings, "eve", "evepass", "10.0.0.9") is None  # and so is the address
+    assert (await check_login(settings, "eve", "evepass", "10.0.0.8")).name == "eve"  # others are not
+    time.sleep(1.6)
+    assert (await check_login(settings, "admin", "right-pass", "10.0.0.9")).name == "admin"  # the lock ends
+
+
+async def test_login_page_asks_for_a_user_name_and_strangers_get_no_cors():
+    transport = httpx.ASGITransport(app=app.chainlit_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        labels = (await client.get("/project/translations", params={"language": "zh-CN"})).json()
+        form = labels["translation"]["auth"]["login"]["form"]["email"]
+        assert form["label"] == "用户名" and "@" not in form["placeholder"]
+        for method in ("GET", "OPTIONS"):
+            reply = await client.request(method, "/api/health", headers={
+                "Origin": "https://evil.example.com", "Access-Control-Request-Method": "GET"})
+            assert "access-control-allow-origin" not in reply.headers, reply.headers
+            assert "access-control-allow-credentials" not in reply.headers
+
+
+async def test_an_empty_attachment_is_said_to_be_empty_not_upload_failed():
+    from chainlit.auth import create_jwt
+
+    token = create_jwt(User(identifier="tester", metadata={"provider": "credentials", "role": "editor"}))
+    transport = httpx.ASGITransport(app=app.chainlit_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app",
+                                 cookies={"access_token": token}) as client:
+        empty = await client.post("/project/file", params={"session_id": "s-1"},
+                                  files={"file": ("空.pdf", b"", "application/pdf")})
+        assert empty.status_code == 400 and empty.json()["detail"] == "文件“空.pdf”是空的（0 字节），没有可导入的内容。"
+        # anything else is Chainlit's own route, unchanged: here, no such chat session
+        other = await client.post("/project/file", params={"session_id": "s-1"},
+                                  files={"file": ("a.pdf", b"%PDF-1.4", "application/pdf")})
+        assert other.status_code == 404 and other.json()["detail"] == "Session not found"
+        stranger = await client.post("/project/file", params={"session_id": "s-1"}, cookies={"access_token": "x"},
+                                     files={"file": ("空.pdf", b"", "application/pdf")})
+        assert stranger.status_code == 401
+
+
+async def test_a_reader_cannot_import_or_rename_in_the_chat(own_data, tmp_path):
+    manual = tmp_path / "manual.md"
+    manual.write_text("# 手册\n\n正文内容。", encoding="utf-8")
+    s = Session(user="rita", role="reader")
+    await s.start()
+    await s.send("", [manual])
+    refused = [r["output"] for r in s.replies()]
+    assert refused and "只读角色" in refused[-1]
+    await s.click({"name": "rename_product", "payload": {"upload": "x"}, "label": "修改商品名", "id": "a1",
+                   "forId": "m1"})
+    assert "只读角色" in s.replies()[-1]["output"]
+    assert not list((get_settings().data_dir / "uploads").rglob("*.*")) and get_vector_store().count() == 0
 
 
 def test_auth_secret_is_generated_once_and_kept(env, monkeypatch, tmp_path):
@@ -753,6 +837,9 @@ async def data_layer_round_trip():
     assert element["url"].startswith("data:text/plain;charset=utf-8;base64,") and "content" not in element
     assert (await layer.get_element(threads[0], text.id))["name"] == "[1] 标题"
     assert await layer.get_thread_author(threads[0]) == "alice"
+    # the thread's user owns its session for the API too: nobody else can claim it
+    assert get_history_store().owner(threads[0]) == "alice"
+    assert not get_history_store().claim(threads[0], "bob")
 
     page = await layer.list_threads(Pagination(first=2), ThreadFilter(userId=user.id))
     assert [t["id"] for t in page.data] == [threads[2], threads[1]] and page.pageInfo.hasNextPage

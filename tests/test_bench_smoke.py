@@ -101,6 +101,10 @@ def test_speed_smoke_imports_builds_pdf_and_grows_collection(smoke_qa, tmp_path)
     growth = report["scale"]["growth"][0]
     assert growth["rows"] == 150 - corpus["chunks"] and growth["products"] == -(-growth["rows"] // 40)
     assert all(lv["retrieval_path"]["n"] == len(SMOKE_IDS) + 1 for lv in levels)
+    for lv in levels:  # every question's confirmation, split by how it was decided
+        by_method = lv["confirm_by_method"]
+        assert sum(v["n"] for v in by_method.values()) == len(SMOKE_IDS) + 1 and "lexical" in by_method
+    assert "evidence p50/p95" in (out / "speed.md").read_text(encoding="utf-8")
     assert {t["name"] for t in report["targets"]} >= {"样例语料导入（含模型加载，秒）"}
     print(f"speed smoke: {time.perf_counter() - started:.1f}s")
 

@@ -8,15 +8,19 @@ each sub-question nested in its step. Screenshots: artifacts/browser/.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import statistics
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 from playwright.async_api import async_playwright, expect
 
-from app_fixtures import ROOT, running_app  # noqa: F401  (fixture)
+from app_fixtures import ADMIN_PASSWORD, ROOT, running_app  # noqa: F401  (fixture)
 from conftest import CORPUS_DOCS
+from fakes.image_server import FakeImageSite
 
 pytestmark = pytest.mark.browser
 
@@ -87,158 +91,200 @@ async def ask(page, question: str) -> float:
     return await page.evaluate(SEND_AND_TIME_FIRST_STEP, NODE_STEPS)
 
 
+@asynccontextmanager
+async def browser_page(app, failure_shot: str):
+    """A fresh headless page; on failure a screenshot and the app's log tail."""
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 1366, "height": 900}, locale="zh-CN")
+        page.set_default_timeout(WAIT_MS)
+        try:
+            yield page
+        except Exception:
+            await shot(page, failure_shot)
+            print(app.log_tail())
+            raise
+        finally:
+            await browser.close()
+
+
+async def log_in(page, url: str) -> None:
+    """As the admin; the field asks for a user name, not an e-mail address."""
+    await page.goto(url)
+    await expect(page.get_by_text("用户名")).to_be_visible()
+    await page.fill("#email", "admin")
+    await page.fill("#password", ADMIN_PASSWORD)
+    await page.click("button[type=submit]")
+    await expect(page.locator("#chat-input")).to_be_visible()
+
+
 async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
     assert CHROMIUM.exists(), "Chromium is missing: run scripts/install_system_deps.sh"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     frames = Frames()
     first_step_ms: list[float] = []
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = await browser.new_page(viewport={"width": 1366, "height": 900}, locale="zh-CN")
-        page.set_default_timeout(WAIT_MS)
+    async with browser_page(running_app, "99-failure") as page:
         page.on("websocket", frames.attach)
-        try:
-            # -- login with the documented local default; starters list the products in the KB
-            await page.goto(running_app.url)
-            await page.fill("#email", "admin")
-            await page.fill("#password", "admin")
-            await page.click("button[type=submit]")
-            await expect(page.locator("#chat-input")).to_be_visible()
-            await expect(page.get_by_text("Milk-V Duo S 快速上手")).to_be_visible()
-            await expect(page.locator("#chat-settings-open-modal")).to_be_visible()  # the session is up
-            await shot(page, "01-welcome")
+        # -- login; starters list the products in the KB
+        await log_in(page, running_app.url)
+        await expect(page.get_by_text("Milk-V Duo S 快速上手")).to_be_visible()
+        await expect(page.locator("#chat-settings-open-modal")).to_be_visible()  # the session is up
+        await shot(page, "01-welcome")
 
-            # -- drop a manual into the chat and wait for its import
-            await page.set_input_files("#upload-button-input", str(CORPUS_DOCS[0]))
-            await expect(page.locator("#attachments")).to_contain_text("duo.md")
-            await expect(page.locator("#chat-submit")).to_be_enabled()  # uploaded
-            await page.click("#chat-submit")
-            done = page.locator(REPLIES).filter(has_text="《duo.md》导入完成")
-            await expect(done).to_be_visible()
-            await expect(done).to_contain_text("商品名：Milk-V Duo")
-            await expect(done.get_by_role("button", name="修改商品名")).to_be_visible()
-            await shot(page, "02-imported")
+        # -- drop a manual into the chat and wait for its import
+        await page.set_input_files("#upload-button-input", str(CORPUS_DOCS[0]))
+        await expect(page.locator("#attachments")).to_contain_text("duo.md")
+        await expect(page.locator("#chat-submit")).to_be_enabled()  # uploaded
+        await page.click("#chat-submit")
+        done = page.locator(REPLIES).filter(has_text="《duo.md》导入完成")
+        await expect(done).to_be_visible()
+        await expect(done).to_contain_text("商品名：Milk-V Duo")
+        await expect(done.get_by_role("button", name="修改商品名")).to_be_visible()
+        await shot(page, "02-imported")
 
-            # -- ask about it: a step per node, the answer streamed in, its pictures loaded
-            first_step_ms.append(await ask(page, "Milk-V Duo 的 GPIO 引脚分配是怎样的？"))
-            answer = page.locator(REPLIES).filter(has_text="来源").last
-            await expect(answer).to_be_visible()
-            assert sorted(await node_step_names(page)) == sorted(NODE_LABELS)
-            answer_id = (await answer.locator('[id^="step-"]').first.get_attribute("id")).removeprefix("step-")
-            mine = [name for name, step_id in frames.events if step_id == answer_id]
-            final = max(i for i, name in enumerate(mine) if name in ("new_message", "update_message"))
-            assert "stream_start" in mine and mine.index("stream_start") < final  # streamed, then completed
-            confirm_shown = frames.events.index(("new_message", frames.id_of("产品确认")))
-            assert confirm_shown < frames.events.index(("stream_start", answer_id))  # steps live, not afterwards
-            pictures = 'img[src*="/kb-files/upload-images/"]'
-            await page.wait_for_function(IMAGES_LOADED, arg=pictures, timeout=WAIT_MS)
-            await answer.locator(pictures).first.scroll_into_view_if_needed()
-            await shot(page, "03-answer-with-picture")
-            rerank = page.locator(NODE_STEPS).filter(has_text="精排")
-            await rerank.get_by_role("button").first.click()  # open the collapsed step
-            await expect(rerank).to_contain_text("评分器：offline:use-m3+lexical")  # shown as written
-            await expect(rerank).to_contain_text("截断位置：第")
-            await rerank.scroll_into_view_if_needed()
-            await shot(page, "03b-rerank-step")
+        # -- ask about it: a step per node, the answer streamed in, its pictures loaded
+        first_step_ms.append(await ask(page, "Milk-V Duo 的 GPIO 引脚分配是怎样的？"))
+        answer = page.locator(REPLIES).filter(has_text="来源").last
+        await expect(answer).to_be_visible()
+        assert sorted(await node_step_names(page)) == sorted(NODE_LABELS)
+        answer_id = (await answer.locator('[id^="step-"]').first.get_attribute("id")).removeprefix("step-")
+        mine = [name for name, step_id in frames.events if step_id == answer_id]
+        final = max(i for i, name in enumerate(mine) if name in ("new_message", "update_message"))
+        assert "stream_start" in mine and mine.index("stream_start") < final  # streamed, then completed
+        confirm_shown = frames.events.index(("new_message", frames.id_of("产品确认")))
+        assert confirm_shown < frames.events.index(("stream_start", answer_id))  # steps live, not afterwards
+        pictures = 'img[src*="/kb-files/upload-images/"]'
+        await page.wait_for_function(IMAGES_LOADED, arg=pictures, timeout=WAIT_MS)
+        await answer.locator(pictures).first.scroll_into_view_if_needed()
+        await shot(page, "03-answer-with-picture")
+        rerank = page.locator(NODE_STEPS).filter(has_text="精排")
+        await rerank.get_by_role("button").first.click()  # open the collapsed step
+        await expect(rerank).to_contain_text("评分器：offline:use-m3+lexical")  # shown as written
+        await expect(rerank).to_contain_text("截断位置：第")
+        await rerank.scroll_into_view_if_needed()
+        await shot(page, "03b-rerank-step")
 
-            # -- offline, the UI says so: no model in the footer, the web-search switch off and why
-            footer = page.locator(".watermark")
-            await expect(footer).to_contain_text("摘录自已导入的说明书")
-            assert "模型" not in await footer.inner_text()
-            web_step = page.locator(NODE_STEPS).filter(has_text="联网搜索").first
-            await expect(web_step).to_contain_text("联网搜索（已跳过：未配置联网搜索）")
-            assert "已使用" not in await web_step.inner_text()
-            await page.click("#chat-settings-open-modal")
-            web_switch = page.locator("#web_search")
-            await expect(web_switch).to_have_attribute("aria-checked", "false")
-            await expect(web_switch).to_be_disabled()
-            await expect(page.get_by_text("未配置联网搜索服务（MCP_DASHSCOPE_BASE_URL），无法开启")).to_be_visible()
-            await shot(page, "03c-settings-offline")
-            await page.keyboard.press("Escape")
-            await expect(web_switch).to_have_count(0)
+        # -- offline, the UI says so: no model in the footer, the web-search switch off and why
+        footer = page.locator(".watermark")
+        await expect(footer).to_contain_text("摘录自已导入的说明书")
+        assert "模型" not in await footer.inner_text()
+        web_step = page.locator(NODE_STEPS).filter(has_text="联网搜索").first
+        await expect(web_step).to_contain_text("联网搜索（已跳过：未配置联网搜索）")
+        assert "已使用" not in await web_step.inner_text()
+        await page.click("#chat-settings-open-modal")
+        web_switch = page.locator("#web_search")
+        await expect(web_switch).to_have_attribute("aria-checked", "false")
+        await expect(web_switch).to_be_disabled()
+        await expect(page.get_by_text("未配置联网搜索服务（MCP_DASHSCOPE_BASE_URL），无法开启")).to_be_visible()
+        await shot(page, "03c-settings-offline")
+        await page.keyboard.press("Escape")
+        await expect(web_switch).to_have_count(0)
 
-            # -- a PDF answer: its chip names file, page and heading; the side panel opens on a click only
-            pdf_product = running_app.products[CORPUS_DOCS[8].stem]
-            first_step_ms.append(await ask(page, f"{pdf_product} 的主板固件怎么更新？"))
-            pdf_answer = page.locator(REPLIES).filter(has_text="来源").last
-            chip = pdf_answer.get_by_role("button").filter(has_text=f"[1] {CORPUS_DOCS[8].stem} · 第 ").first
-            await expect(chip).to_be_enabled()  # shown, and the run is over
-            label = (await chip.inner_text()).strip()
-            cited = int(label.split("第 ", 1)[1].split(" ")[0].split("–")[0])
-            assert label.startswith("[1] ") and 1 <= cited <= 9, label
-            await page.wait_for_timeout(500)  # time for a panel that would open by itself
-            await expect(page.locator("#side-view-title")).to_have_count(0)
-            await shot(page, "03d-pdf-answer-closed-panel")
-            await chip.click()
-            await expect(page.locator("#side-view-title")).to_contain_text(label)
-            viewer = page.locator("#side-view-content")
-            await expect(viewer).to_contain_text(f"{cited} / 9")  # the PDF viewer's page counter
-            shown_page = viewer.locator(f'.react-pdf__Page[data-page-number="{cited}"]')
-            await expect(shown_page.locator(".react-pdf__Page__textContent")).not_to_be_empty()  # rendered
-            await shot(page, "03e-pdf-opened-at-page")
-            await page.locator("#side-view-title button").click()
-            await expect(page.locator("#side-view-title")).to_have_count(0)
+        # -- a PDF answer: its chip names file, page and heading; the side panel opens on a click only
+        pdf_product = running_app.products[CORPUS_DOCS[8].stem]
+        first_step_ms.append(await ask(page, f"{pdf_product} 的主板固件怎么更新？"))
+        pdf_answer = page.locator(REPLIES).filter(has_text="来源").last
+        chip = pdf_answer.get_by_role("button").filter(has_text=f"[1] {CORPUS_DOCS[8].stem} · 第 ").first
+        await expect(chip).to_be_enabled()  # shown, and the run is over
+        label = (await chip.inner_text()).strip()
+        cited = int(label.split("第 ", 1)[1].split(" ")[0].split("–")[0])
+        assert label.startswith("[1] ") and 1 <= cited <= 9, label
+        await page.wait_for_timeout(500)  # time for a panel that would open by itself
+        await expect(page.locator("#side-view-title")).to_have_count(0)
+        await shot(page, "03d-pdf-answer-closed-panel")
+        await chip.click()
+        await expect(page.locator("#side-view-title")).to_contain_text(label)
+        viewer = page.locator("#side-view-content")
+        await expect(viewer).to_contain_text(f"{cited} / 9")  # the PDF viewer's page counter
+        shown_page = viewer.locator(f'.react-pdf__Page[data-page-number="{cited}"]')
+        await expect(shown_page.locator(".react-pdf__Page__textContent")).not_to_be_empty()  # rendered
+        await shot(page, "03e-pdf-opened-at-page")
+        await page.locator("#side-view-title button").click()
+        await expect(page.locator("#side-view-title")).to_have_count(0)
 
-            # -- an ambiguous question between near-twins: pick one with a button
-            steps_before = await page.locator(NODE_STEPS).count()
-            first_step_ms.append(await ask(page, "Milk-V 的开发板怎么烧录系统？"))
-            duo_s = page.get_by_role("button", name="Milk-V Duo S", exact=True)
-            await expect(duo_s).to_be_visible()
-            for twin in ("Milk-V Duo", "Milk-V Duo256M"):
-                await expect(page.get_by_role("button", name=twin, exact=True)).to_be_visible()
-            assert await page.locator(NODE_STEPS).count() == steps_before + 2  # 产品确认, 生成回答
-            await shot(page, "04-candidates")
-            await duo_s.click()
-            chosen = page.locator(REPLIES).filter(has_text="（Milk-V Duo S）").filter(has_text="来源")
-            await expect(chosen).to_be_visible()
-            await expect(duo_s).to_have_count(0)  # the buttons are gone
-            assert await page.locator(NODE_STEPS).count() == steps_before + 2 + len(NODE_LABELS)
-            await shot(page, "05-chosen-product")
+        # -- an ambiguous question between near-twins: pick one with a button
+        steps_before = await page.locator(NODE_STEPS).count()
+        first_step_ms.append(await ask(page, "Milk-V 的开发板怎么烧录系统？"))
+        duo_s = page.get_by_role("button", name="Milk-V Duo S", exact=True)
+        await expect(duo_s).to_be_visible()
+        for twin in ("Milk-V Duo", "Milk-V Duo256M"):
+            await expect(page.get_by_role("button", name=twin, exact=True)).to_be_visible()
+        assert await page.locator(NODE_STEPS).count() == steps_before + 2  # 产品确认, 生成回答
+        await shot(page, "04-candidates")
+        await duo_s.click()
+        chosen = page.locator(REPLIES).filter(has_text="（Milk-V Duo S）").filter(has_text="来源")
+        await expect(chosen).to_be_visible()
+        await expect(duo_s).to_have_count(0)  # the buttons are gone
+        assert await page.locator(NODE_STEPS).count() == steps_before + 2 + len(NODE_LABELS)
+        await shot(page, "05-chosen-product")
 
-            # -- a file the knowledge base cannot take
-            notes = tmp_path / "购物清单.csv"  # .txt is a manual format now
-            notes.write_text("牛奶,鸡蛋", encoding="utf-8")
-            await page.set_input_files("#upload-button-input", str(notes))
-            await expect(page.get_by_text("不支持的文件类型")).to_be_visible()
-            await shot(page, "06-unsupported-file")
+        # -- a file the knowledge base cannot take
+        notes = tmp_path / "购物清单.csv"  # .txt is a manual format now
+        notes.write_text("牛奶,鸡蛋", encoding="utf-8")
+        await page.set_input_files("#upload-button-input", str(notes))
+        await expect(page.get_by_text("不支持的文件类型")).to_be_visible()
+        await shot(page, "06-unsupported-file")
 
-            # -- come back later: a fresh page, the earlier thread from the sidebar, a follow-up with "它"
-            await expect(page.get_by_text("导入：duo.md", exact=True)).to_be_visible()  # listed without a reload
-            await page.goto(running_app.url)
-            earlier = page.get_by_text("导入：duo.md", exact=True)
-            await expect(earlier).to_be_visible()
-            await earlier.click()
-            await page.wait_for_url("**/thread/**")
-            await expect(page.locator(REPLIES).filter(has_text="《duo.md》导入完成")).to_be_visible()
-            await expect(page.locator(REPLIES).filter(has_text="（Milk-V Duo S）").first).to_be_visible()
-            await shot(page, "07-resumed-thread")
-            replies_before = await page.locator(REPLIES).count()
-            first_step_ms.append(await ask(page, "它有几个 USB 接口？"))
-            follow_up = page.locator(REPLIES).nth(replies_before)
-            await expect(follow_up).to_contain_text("来源")
-            await expect(follow_up).to_contain_text("（Milk-V Duo S）")
-            await shot(page, "08-follow-up-with-it")
+        # -- come back later: a fresh page, the earlier thread from the sidebar, a follow-up with "它"
+        await expect(page.get_by_text("导入：duo.md", exact=True)).to_be_visible()  # listed without a reload
+        await page.goto(running_app.url)
+        earlier = page.get_by_text("导入：duo.md", exact=True)
+        await expect(earlier).to_be_visible()
+        await earlier.click()
+        await page.wait_for_url("**/thread/**")
+        await expect(page.locator(REPLIES).filter(has_text="《duo.md》导入完成")).to_be_visible()
+        await expect(page.locator(REPLIES).filter(has_text="（Milk-V Duo S）").first).to_be_visible()
+        await shot(page, "07-resumed-thread")
+        replies_before = await page.locator(REPLIES).count()
+        first_step_ms.append(await ask(page, "它有几个 USB 接口？"))
+        follow_up = page.locator(REPLIES).nth(replies_before)
+        await expect(follow_up).to_contain_text("来源")
+        await expect(follow_up).to_contain_text("（Milk-V Duo S）")
+        await shot(page, "08-follow-up-with-it")
 
-            # -- a comparison of near-twins: one nested step per sub-question inside the fan-out step
-            first_step_ms.append(await ask(page, "Duo 和 Duo S 的内存有什么区别？"))
-            compared = page.locator(REPLIES).filter(has_text="来源").last
-            await expect(compared).to_contain_text("（Milk-V Duo S）")
-            fan_out = page.locator(NODE_STEPS).filter(has_text="子问题检索").last
-            await fan_out.get_by_role("button").first.click()  # open the collapsed step
-            for i, product in ((1, "Milk-V Duo "), (2, "Milk-V Duo S ")):
-                nested = fan_out.locator(NODE_STEPS).filter(has_text=f"子问题 {i}：{product}")
-                await expect(nested).to_have_count(1)
-            await fan_out.scroll_into_view_if_needed()
-            await shot(page, "09-nested-sub-questions")
-        except Exception:
-            await shot(page, "99-failure")
-            print(running_app.log_tail())
-            raise
-        finally:
-            await browser.close()
+        # -- a comparison of near-twins: one nested step per sub-question inside the fan-out step
+        first_step_ms.append(await ask(page, "Duo 和 Duo S 的内存有什么区别？"))
+        compared = page.locator(REPLIES).filter(has_text="来源").last
+        await expect(compared).to_contain_text("（Milk-V Duo S）")
+        fan_out = page.locator(NODE_STEPS).filter(has_text="子问题检索").last
+        await fan_out.get_by_role("button").first.click()  # open the collapsed step
+        for i, product in ((1, "Milk-V Duo "), (2, "Milk-V Duo S ")):
+            nested = fan_out.locator(NODE_STEPS).filter(has_text=f"子问题 {i}：{product}")
+            await expect(nested).to_have_count(1)
+        await fan_out.scroll_into_view_if_needed()
+        await shot(page, "09-nested-sub-questions")
     # Reported, not asserted: on this shared 2-core machine the number follows the load of other work.
     report = {"first_step_ms": [round(ms) for ms in first_step_ms], "median_ms": round(statistics.median(first_step_ms)),
               "target_ms": FIRST_STEP_TARGET_MS}
     (ARTIFACTS / "first_step_latency.json").write_text(json.dumps(report), encoding="utf-8")
     print(f"\nfirst step visible after sending: {', '.join(f'{ms:.0f} ms' for ms in first_step_ms)} "
           f"(median {report['median_ms']} ms, target ≤ {FIRST_STEP_TARGET_MS} ms)")
+
+
+async def test_a_remote_image_manual_makes_the_browser_fetch_nothing_remote(running_app, tmp_path):  # noqa: F811
+    manual = tmp_path / "星云S1扫地机.md"
+    with FakeImageSite() as site:  # another site, as far as the page is concerned: another origin
+        manual.write_text(
+            "# 星云 S1 扫地机 使用说明书\n\n## 清理滚刷\n\n关机后取下滚刷盖板，剪断缠绕在滚刷上的毛发再装回。\n\n"
+            f"![滚刷位置]({site.url('/track.png')})\n\n<img src={site.url('/pixel.png')}>\n", encoding="utf-8")
+        async with browser_page(running_app, "99-failure-remote-image") as page:
+            elsewhere: list[str] = []  # pictures the page asked any other origin for
+            page.on("request", lambda r: elsewhere.append(r.url) if r.resource_type == "image" and not r.url.startswith(
+                (running_app.url, "data:", "blob:")) else None)
+            await log_in(page, running_app.url)
+            await expect(page.locator("#chat-settings-open-modal")).to_be_visible()  # the session is up
+            await page.set_input_files("#upload-button-input", str(manual))
+            await expect(page.locator("#attachments")).to_contain_text(manual.name)
+            await expect(page.locator("#chat-submit")).to_be_enabled()
+            await page.click("#chat-submit")
+            done = page.locator(REPLIES).filter(has_text="导入完成")
+            await expect(done).to_be_visible()
+            await expect(done).to_contain_text("2 张网络图片来自未允许的网站，未导入")
+            await ask(page, "星云 S1 扫地机 怎么清理滚刷？")
+            answer = page.locator(REPLIES).filter(has_text="来源").last
+            await expect(answer).to_be_visible()
+            await answer.get_by_text(re.compile(r"^\[1\] ")).first.click()  # the passage, in the side panel
+            await expect(page.get_by_text("网络图片未导入").first).to_be_visible()
+            await asyncio.sleep(1.0)  # time for any picture the page would still load
+            await shot(page, "09-remote-image-not-loaded")
+        assert site.requests == [] and elsewhere == []

@@ -194,3 +194,34 @@ def test_an_api_upload_of_a_site_export_keeps_its_folders_for_recognition(env, t
     assert got == truth
     # nothing was stored under the client's folder names
     assert not list((tmp_path / "data" / "uploads").rglob("compute-module"))
+
+
+def test_questions_over_a_recognised_site_never_guess_the_product(env, tmp_path):
+    """Two mini-PCs imported as a site beside a car manual: naming a model confirms it, naming only the
+    vendor asks between its models, and a vendor the knowledge base lacks is refused with what it covers."""
+    from graphs.importing import import_set, iter_import_files
+    from graphs.query.runner import run_query
+
+    env(DATA_DIR=str(tmp_path / "data"))
+    site = tmp_path / "site"
+    for model in ("E20C", "E52C"):
+        folder = site / model.lower()
+        folder.mkdir(parents=True)
+        (folder / "introduction.md").write_text(
+            f"---\ntitle: 产品简介\n---\n\n# 产品主要特性\n\nRadxa {model} 是一款网络小主机。\n", encoding="utf-8")
+        (folder / "faq.md").write_text(
+            f"# 常见问题\n\n## 恢复出厂设置\n\n{model} 断电后按住 RESET 键再上电，保持 10 秒，{model} 即恢复出厂设置。\n",
+            encoding="utf-8")
+    car = tmp_path / "car.md"
+    car.write_text("# 汽车使用手册\n\n欢迎选择 AITO M9。本手册介绍 M9 汽车。\n\n## 蓝牙电话\n\n"
+                   "M9 的中控屏可以连接手机蓝牙，在设置中打开蓝牙并选择车辆名称完成配对。\n", encoding="utf-8")
+    results = import_set(iter_import_files([site]), root=site) + import_set([car])
+    assert sorted({r.item_name for r in results}) == ["AITO M9", "Radxa E20C", "Radxa E52C"]
+
+    off = {"web_search": False, "hyde": False}
+    named = run_query("Radxa E52C 怎么恢复出厂设置？", options=off)
+    assert (named["branch"], named["item_names"]) == ("confirmed", ["Radxa E52C"])
+    vendor = run_query("Radxa 的网络小主机怎么恢复出厂设置？", options=off)
+    assert vendor["branch"] == "ask" and set(vendor["candidates"]) == {"Radxa E20C", "Radxa E52C"}
+    stranger = run_query("小米的扫地机器人怎么恢复出厂设置？", options=off)
+    assert stranger["branch"] == "refuse" and "AITO M9" in stranger["answer"]

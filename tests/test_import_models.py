@@ -203,7 +203,7 @@ def test_captions_come_from_the_vision_model(fresh_data, llm, tmp_path):
     assert "正面如下图所示" in prompt.split("下文")[0]  # the text before the image, as 上文
     assert "## 背面" in prompt.split("下文")[1]  # and the text after it, as 下文
 
-    new_md = get_settings().data_dir / "work" / result.doc_key / "MF0 快速上手_new.md"
+    new_md = get_settings().data_dir / "work" / result.doc_key / f"{result.doc_id}_new.md"  # named by id
     written = new_md.read_text(encoding="utf-8")
     assert written.count(f"![{CAPTION}](") == 3  # backslashes and dollars verbatim
     assert md.read_bytes() == original  # the user's file is untouched

@@ -7,10 +7,14 @@ import uuid
 from pathlib import Path
 
 import chainlit as cl
+from chainlit.server import UserParam, upload_file
+from fastapi import FastAPI, HTTPException, UploadFile
+from fastapi.routing import APIRoute
 
 from graphs.importing import StagedFile, UploadRejected, run_import, stage_uploads
 from services.errors import ImportProcessError
 from services.settings import get_settings
+from ui.auth import chat_user
 from ui.chat import answer
 from ui.format import ImportProgress
 
@@ -18,6 +22,29 @@ log = logging.getLogger("ui.attachments")
 
 RENAME_PRODUCT = "rename_product"
 RENAME_TIMEOUT_S = 300
+
+
+async def upload_attachment(current_user: UserParam, session_id: str, file: UploadFile,
+                            ask_parent_id: str | None = None):
+    """Chainlit's own upload route, except that a 0-byte file (which it fails on with a bare 500)
+    is refused with what is wrong; the browser shows the message next to the file name."""
+    if file.size == 0:
+        raise HTTPException(400, f"文件“{file.filename}”是空的（0 字节），没有可导入的内容。")
+    return await upload_file(current_user, session_id, file, ask_parent_id)
+
+
+def refuse_empty_attachments(app: FastAPI) -> None:
+    """Put upload_attachment in front of Chainlit's route for the same path."""
+    app.router.routes.insert(0, APIRoute("/project/file", upload_attachment, methods=["POST"], include_in_schema=False))
+
+
+async def may_change_knowledge_base() -> bool:
+    """Readers ask questions; importing and renaming are for admins and editors."""
+    user = chat_user()
+    if user.can_edit:
+        return True
+    await cl.Message(content=f"❌ 账号“{user.name}”是只读角色，不能导入或修改说明书；请联系管理员。").send()
+    return False
 
 
 def attached_files(message: cl.Message) -> list:
@@ -50,7 +77,8 @@ async def run_with_progress(staged: StagedFile, task_id: str, product: str | Non
         loop.call_soon_threadsafe(events.put_nowait, event)
 
     job = asyncio.ensure_future(asyncio.to_thread(
-        run_import, staged.path, product=product, staged=staged, task_id=task_id, on_event=on_event))
+        run_import, staged.path, product=product, staged=staged, task_id=task_id, on_event=on_event,
+        updated_by=chat_user().name))
     job.add_done_callback(lambda _: events.put_nowait(None))  # after every event the thread sent
     while (event := await events.get()) is not None:
         if event["type"] in ("node_start", "node_end", "node_error"):  # one update per node, not per picture
@@ -104,6 +132,8 @@ async def answer_after_imports(imports: list[asyncio.Task], question: str) -> No
 
 async def rename_product(action: cl.Action) -> None:
     """Ask for the right product name, then import the same file again under it (replacing itself)."""
+    if not await may_change_knowledge_base():
+        return
     info = (cl.user_session.get("uploads") or {}).get(str(action.payload.get("upload") or ""))
     if not isinstance(info, dict):
         await cl.Message(content="找不到这次上传的文件（会话可能已过期），请重新上传说明书。").send()

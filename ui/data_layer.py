@@ -1,7 +1,8 @@
 """Chainlit data layer on our history database (MongoDB when MONGO_URL is set, montydb otherwise).
 
 Threads, steps, elements, feedback and users live in their own collections next to `chat_message`;
-a thread's id is also the query graph's session id, so deleting a thread deletes its chat history.
+a thread's id is also the query graph's session id, so deleting a thread deletes its chat history,
+and the thread's user owns that session for the API too (nobody else can read or continue it).
 Every call runs in a worker thread (the database is synchronous) behind one FIFO lock, so that
 Chainlit's fire-and-forget writes of one step (create, then updates) land in the order they were made.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
@@ -25,6 +27,8 @@ from services.settings import get_settings
 if TYPE_CHECKING:
     from chainlit.element import Element, ElementDict
     from chainlit.step import StepDict
+
+log = logging.getLogger("ui.data_layer")
 
 USERS, THREADS, STEPS, ELEMENTS, FEEDBACK = "cl_user", "cl_thread", "cl_step", "cl_element", "cl_feedback"
 MAX_INLINE_TEXT = 512 * 1024  # text elements (sources) are kept in the database, served as data: URLs
@@ -182,6 +186,9 @@ class HistoryDataLayer(BaseDataLayer):
                     user = users.find_one({"id": user_id})
                 changes["userId"] = user_id
                 changes["userIdentifier"] = (user or {}).get("identifier")
+                if changes["userIdentifier"] and not get_history_store().claim(thread_id, changes["userIdentifier"]):
+                    log.warning("thread %s belongs to another user's API session: not attached", thread_id)
+                    return
             with self._collection(THREADS, "保存会话") as col:
                 if metadata is not None:
                     old = (col.find_one({"id": thread_id}) or {}).get("metadata") or {}

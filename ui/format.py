@@ -220,8 +220,9 @@ class ImportProgress:
         return "\n".join([f"⏳ 正在导入《{self.file_name}》……", "", *self.node_lines()])
 
     def render_done(self, result: dict) -> str:
-        missing = int(result.get("images_missing") or 0)
-        images = f"{result.get('images_uploaded', 0)} 张" + (f"（另有 {missing} 张图片文件缺失，未能显示）" if missing else "")
+        missing, remote = int(result.get("images_missing") or 0), int(result.get("images_remote") or 0)
+        images = (f"{result.get('images_uploaded', 0)} 张" + (f"（另有 {missing} 张图片文件缺失，未能显示）" if missing else "")
+                  + (f"（{remote} 张网络图片来自未允许的网站，未导入）" if remote else ""))
         return "\n".join([
             f"✅ 《{self.file_name}》导入完成", "",
             f"- 商品名：**{result.get('item_name', '')}**",

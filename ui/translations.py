@@ -2,7 +2,8 @@
 
 The footer says who writes the answers as configured (Chainlit's own line warns that a language
 model may err, model or not), and a finished step's header has no "已使用" before its name (a
-skipped step would read "已使用 联网搜索"; its name says "已跳过" instead).
+skipped step would read "已使用 联网搜索"; its name says "已跳过" instead). The login form asks for a
+user name (Chainlit's asks for an e-mail address), and a refused login says a lock may be why.
 """
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ def corrected(translation: dict) -> dict:
     chat = translation.setdefault("chat", {})
     chat["watermark"] = footer_text(settings.llm_enabled, settings.llm_default_model)
     chat.setdefault("messages", {}).setdefault("status", {})["used"] = ""
+    login = translation.setdefault("auth", {}).setdefault("login", {})
+    form = login.setdefault("form", {})
+    form["email"] = {**form.get("email", {}), "label": "用户名", "required": "用户名是必填项", "placeholder": "请输入用户名"}
+    login.setdefault("errors", {})["credentialsSignin"] = "登录失败：用户名或密码错误；多次失败后需等几分钟再试"
     return translation
 
 

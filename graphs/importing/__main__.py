@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from graphs.importing import import_set, iter_import_files
+from graphs.importing.files import is_folder
 
 HOW = {"named": "文中写明", "folder": "按文件夹", "set": "按整组文档", "weak": "推测，请确认", "file": "单文件识别",
        "user": "用户指定"}
@@ -25,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # each folder is a set of its own; the files named directly form one more
-    sets = [(iter_import_files([p]), Path(p) if args.group == "folder" else None) for p in args.paths if Path(p).is_dir()]
-    loose = [Path(p) for p in args.paths if not Path(p).is_dir()]
+    sets = [(iter_import_files([p]), Path(p) if args.group == "folder" else None) for p in args.paths if is_folder(Path(p))]
+    loose = [Path(p) for p in args.paths if not is_folder(Path(p))]
     if loose:
         sets.append((loose, None))
     if not any(files for files, _ in sets):

@@ -5,6 +5,7 @@ entry node, the CLI, the chat and the HTTP API alike.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import re
 import shutil
@@ -31,11 +32,23 @@ def iter_import_files(paths: list[str | Path]) -> list[Path]:
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
+        if is_folder(p):
             found.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in SUPPORTED))
         else:
             found.append(p)
     return found
+
+
+def is_folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # e.g. a name over 255 bytes: reported as this file's failure by validate_file
+        return False
+
+
+def unreadable(path: Path, exc: OSError) -> FileProcessingError:
+    reason = "文件名或路径过长" if exc.errno == errno.ENAMETOOLONG else (exc.strerror or type(exc).__name__)
+    return FileProcessingError(f"无法读取文件“{path.name[:80]}”：{reason}。")
 
 
 def doc_identity(path: Path, doc_key: str | None = None) -> tuple[str, str]:
@@ -49,15 +62,18 @@ def doc_identity(path: Path, doc_key: str | None = None) -> tuple[str, str]:
 
 def validate_file(path: Path, max_mb: int) -> str:
     """The file's type (a SUPPORTED value), or a ValidationError saying in Chinese what is wrong."""
-    if not path.exists():
-        raise FileProcessingError(f"文件不存在：{path}")
-    if not path.is_file():
-        raise ValidationError(f"“{path}”不是文件（是文件夹？请用命令行导入整个文件夹）。")
+    try:
+        if not path.exists():
+            raise FileProcessingError(f"文件不存在：{path}")
+        if not path.is_file():
+            raise ValidationError(f"“{path}”不是文件（是文件夹？请用命令行导入整个文件夹）。")
+        size = path.stat().st_size
+    except OSError as exc:
+        raise unreadable(path, exc) from exc
     kind = SUPPORTED.get(path.suffix.lower())
     if kind is None:
         raise ValidationError(f"不支持的文件类型“{path.suffix or '无扩展名'}”："
                               "目前只能导入 PDF、Word（.docx）、网页（.html / .htm）、纯文本（.txt）或 Markdown（.md）文件。")
-    size = path.stat().st_size
     if size == 0:
         raise ValidationError(f"文件“{path.name}”是空的（0 字节），没有可导入的内容。")
     if size > max_mb * 1024 * 1024:

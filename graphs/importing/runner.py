@@ -5,17 +5,19 @@ Used by the CLI, the Chainlit app and the HTTP API alike.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from graphs.importing.files import StagedFile
+from graphs.importing.files import StagedFile, discard, doc_identity
 from graphs.importing.graph import build_import_graph
 from graphs.importing.recognition import plan_set
 from services.errors import ImportProcessError
 from services.object_store import get_object_store
+from services.settings import get_settings
 from services.task_store import get_task_store
 from services.vector_store import eq_filter, get_vector_store
 
@@ -32,6 +34,8 @@ class ImportResult:
     images_uploaded: int = 0
     images_missing: int = 0
     missing_images: list[str] = field(default_factory=list)
+    images_remote: int = 0                # linked from the web and not imported (see node_md_img)
+    remote_images: list[str] = field(default_factory=list)
     seconds: float = 0.0
     node_seconds: dict = field(default_factory=dict)
     error: str = ""
@@ -45,12 +49,21 @@ class ImportResult:
         return asdict(self)
 
 
-def discard_new_images(result: ImportResult) -> None:
-    """After a failure: the pictures of a document with no stored version go (nothing refers to
-    them); an earlier good version keeps its pictures.  The vector store rolls its own writes back."""
+def discard_failed(result: ImportResult, staged: StagedFile | None) -> None:
+    """After a failure: an upload's staged copy goes. A document with no stored version also loses
+    its pictures, its original and its work folder (nothing refers to them); an earlier good version
+    keeps its own. The vector store rolls its own writes back."""
+    if staged is not None:
+        discard([staged])
+    doc_id, doc_key = result.doc_id, result.doc_key
+    if not doc_key and staged is not None:  # it failed before the entry node named the document
+        doc_id, doc_key = doc_identity(staged.path, staged.doc_key)
+    if not doc_key:
+        return
     try:
-        if not get_vector_store().count(expr=eq_filter("doc_id", result.doc_id)):
-            get_object_store().clear_images(result.doc_key)
+        if not get_vector_store().count(expr=eq_filter("doc_id", doc_id)):
+            get_object_store().delete_document(doc_key)
+            shutil.rmtree(get_settings().data_dir / "work" / doc_key, ignore_errors=True)
     except Exception as exc:  # the failure is already reported; log what could not be undone
         log.warning("clean-up after the failed import of %s failed: %s", result.file, exc)
 
@@ -65,7 +78,7 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     task_id = task_id or uuid.uuid4().hex
     tasks = get_task_store()
     if tasks.get(task_id) is None:
-        tasks.create(task_id, staged.name if staged else Path(path).name, product=product)
+        tasks.create(task_id, staged.name if staged else Path(path).name, product=product, by=updated_by)
     tasks.start(task_id)
     state = {"task_id": task_id, "import_file_path": str(path), "set_id": set_id, "updated_by": updated_by,
              "source": source, "file_name": file_name or Path(path).name}
@@ -113,10 +126,11 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     result.images_uploaded = sum(1 for i in images if i["status"] == "uploaded")
     result.missing_images = [i["src"] for i in images if i["status"] == "missing"]
     result.images_missing = len(result.missing_images)
+    result.remote_images = [i["src"] for i in images if i["status"] == "remote"]
+    result.images_remote = len(result.remote_images)
     result.node_seconds = {e["node"]: e["seconds"] for e in final.get("node_log") or []}
     if result.error:
-        if result.images_uploaded:
-            discard_new_images(result)
+        discard_failed(result, staged)
         tasks.fail(task_id, result.error)
         forward({"type": "import_failed", "error": result.error, "node": result.failed_node})
         return result

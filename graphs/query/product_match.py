@@ -16,7 +16,9 @@ CONFIRM_SCORE = 0.95
 BRAND_SCORE = 0.62
 CONFIRM_THRESHOLD = 0.85
 CANDIDATE_THRESHOLD = 0.60
-_SEP = r"[\s\-_/·]*"
+_SEP_CHAR = r"[\s\-_/·]"
+_SEP = _SEP_CHAR + "*"
+_SEPS = re.compile(_SEP_CHAR + "+")
 _LATIN = re.compile(r"[a-z0-9][a-z0-9.]*")
 VERSION_TOKEN = re.compile(r"v\d+(\.\d+)*")
 
@@ -69,7 +71,32 @@ def _is_latin(tok: str) -> bool:
     return bool(_LATIN.fullmatch(tok))
 
 
-def match_product(question: str, name: str, all_tokens: set[str]) -> ProductMatch:
+@dataclass(frozen=True)
+class ProductIndex:
+    """Name tokens of one product list, built once: which products share a token, and every token."""
+    all_tokens: frozenset[str]
+    by_token: dict[str, tuple[int, ...]]
+
+    def present(self, q: str) -> set[str]:
+        """Tokens a normalised question may hold. A token matched by its pattern is a substring of the
+        question once separators are removed, so a token absent here can match nothing."""
+        flat = _SEPS.sub("", q)
+        return {t for t in self.by_token if t in flat}
+
+
+@lru_cache(maxsize=8)
+def product_index(names: tuple[str, ...]) -> ProductIndex:
+    by_token: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        for tok in dict.fromkeys(_tokens(name)):
+            by_token.setdefault(tok, []).append(i)
+    return ProductIndex(frozenset(by_token), {t: tuple(ix) for t, ix in by_token.items()})
+
+
+def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str],
+                  present: set[str] | None = None) -> ProductMatch:
+    """`present`: tokens the question may hold (see ProductIndex.present); runs with a token outside
+    it are skipped, since their pattern cannot match."""
     q = normalize(question)
     toks = list(_tokens(name))
     if not toks:
@@ -89,6 +116,8 @@ def match_product(question: str, name: str, all_tokens: set[str]) -> ProductMatc
             run = toks[i:i + size]
             if size == 1 and len(run[0]) < 2 and not run[0].isdigit():
                 continue  # a lone "s" is no evidence of "Duo S"
+            if present is not None and not present.issuperset(run):
+                continue
             m = _pattern(tuple(run)).search(q)
             if m and not any(a < m.end() and m.start() < b for a, b in spans):
                 covered |= idx
@@ -116,9 +145,12 @@ def match_product(question: str, name: str, all_tokens: set[str]) -> ProductMatc
 
 def rank_products(question: str, names: list[str]) -> list[ProductMatch]:
     """Matches of every product, best first; a full match nested in a longer one is dropped
-    (`Duo` inside `Duo 256M`)."""
-    all_tokens = {t for n in names for t in _tokens(n)}
-    matches = [match_product(question, n, all_tokens) for n in names]
+    (`Duo` inside `Duo 256M`). Only products sharing a token with the question are matched: with
+    ~1,000 products a pattern search of every name took most of a second."""
+    index = product_index(tuple(names))
+    present = index.present(normalize(question))
+    hit = sorted({i for t in present for i in index.by_token[t]})
+    matches = [match_product(question, names[i], index.all_tokens, present) for i in hit]
     fulls = [m for m in matches if m.kind == "full"]
     for m in fulls:
         for other in fulls:

@@ -1,6 +1,10 @@
 """node_md_img: find the images a Markdown file really references, caption, upload, relink.
 
-Writes `{stem}_new.md` in the work folder; the original file is never touched.
+Pictures linked from the web are fetched once here from trusted hosts and served like the local
+ones, or dropped with a notice: an answer never makes the reader's browser ask another site.
+
+Writes `{doc_id}_new.md` in the work folder (never named from the user's file name, which may be
+long enough to break the file system's limit); the original file is never touched.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from graphs.base import emit, graph_node
 from services.errors import ImageProcessingError, ValidationError
 from services.object_store import get_object_store
 from services.prompts import load_prompt
+from services.remote_images import RemoteImageRefused, fetch_image, is_remote
 from services.settings import get_settings
 from services.text_files import read_text, sanitize_text
 from services.vision_model import caption_image
@@ -23,7 +28,8 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".svg"}
 CONTEXT_CHARS = 100
 # ![alt](src "title")  |  <img ... src="x" ...>  |  <Image src='x' .../> (Docusaurus/MDX)
 MD_IMAGE = re.compile(r"!\[(?P<alt>[^\]\n]*)\]\(\s*<?(?P<src>[^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-TAG_IMAGE = re.compile(r"<(?:img|image)\b[^>]*?\bsrc\s*=\s*(?P<q>[\"'])(?P<src>.+?)(?P=q)[^>]*?/?>", re.IGNORECASE)
+TAG_IMAGE = re.compile(r"<(?:img|image)\b[^>]*?\bsrc\s*=\s*(?:(?P<q>[\"'])(?P<src>.+?)(?P=q)|(?P<bare>[^\s\"'>]+))[^>]*?/?>",
+                       re.IGNORECASE)
 TAG_ALT = re.compile(r"\balt\s*=\s*([\"'])(.*?)\1", re.IGNORECASE)
 HEADING = re.compile(r"^\s*#{1,6}\s+(.+)$", re.MULTILINE)
 
@@ -87,7 +93,7 @@ def find_images(text: str) -> list[tuple[int, int, str, str]]:
     found = [(m.start(), m.end(), m.group("src"), m.group("alt")) for m in MD_IMAGE.finditer(text)]
     for m in TAG_IMAGE.finditer(text):
         alt = TAG_ALT.search(m.group(0))
-        found.append((m.start(), m.end(), m.group("src"), alt.group(2) if alt else ""))
+        found.append((m.start(), m.end(), m.group("src") or m.group("bare"), alt.group(2) if alt else ""))
     return sorted(found)
 
 
@@ -122,11 +128,20 @@ def node_md_img(state: dict) -> dict:
     root = image_root(md_file, settings.data_dir)
     found = find_images(text)
     for n, (start, end, src, alt) in enumerate(found, 1):
-        if re.match(r"^(https?:)?//|^data:", src, re.IGNORECASE):
-            images.append({"src": src, "status": "remote", "url": src, "caption": alt})
+        if src.lower().startswith("data:"):  # inline bytes: nothing is fetched from anywhere
+            images.append({"src": src[:40], "status": "inline", "url": "", "caption": alt})
             replacements[(start, end)] = f"![{safe_caption(alt) or '图片'}]({src})"
             continue
-        local = resolve_image(src, md_file, root)
+        if is_remote(src):
+            try:
+                local = fetch_image(src, settings, Path(state["work_dir"]) / "remote-images", f"remote-{n}")
+            except RemoteImageRefused as exc:
+                log.warning("remote image not imported: %s (%s)", src, exc.message)
+                images.append({"src": src, "status": "remote", "url": "", "caption": alt, "reason": exc.message})
+                replacements[(start, end)] = f"（网络图片未导入：{safe_caption(alt) or '图片'}）"
+                continue
+        else:
+            local = resolve_image(src, md_file, root)
         if local is None or local.suffix.lower() not in IMAGE_SUFFIXES:
             log.warning("image not found: %s (in %s)", src, md_file)
             images.append({"src": src, "status": "missing", "url": "", "caption": alt})
@@ -158,13 +173,13 @@ def node_md_img(state: dict) -> dict:
         last = end
     pieces.append(text[last:])
     new_text = "".join(pieces)
-    new_md = Path(state["work_dir"]) / f"{md_file.stem}_new.md"
+    new_md = Path(state["work_dir"]) / f"{state['doc_id']}_new.md"
     new_md.write_text(new_text, encoding="utf-8")
     counts = {s: sum(1 for i in images if i["status"] == s) for s in ("uploaded", "remote", "missing")}
     return {
         "md_content": new_text, "new_md_path": str(new_md), "images": images,
         "caption_mode": "vision-model" if use_model else "offline",
-        "_summary": f"图片 {counts['uploaded']} 张已上传，{counts['missing']} 张缺失，{counts['remote']} 张外链"
+        "_summary": f"图片 {counts['uploaded']} 张已上传，{counts['missing']} 张缺失，{counts['remote']} 张网络图片未导入"
                     + ("" if use_model else "（未配置视觉模型，使用原有说明文字作为标题）"),
         "_detail": counts,
     }

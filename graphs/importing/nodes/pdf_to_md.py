@@ -22,7 +22,8 @@ def node_pdf_to_md(state: dict) -> dict:
     def progress(text: str) -> None:
         emit({"type": "node_progress", "node": "node_pdf_to_md", "text": text})
 
-    md_path = pdf_to_markdown(pdf, out_dir, settings, progress=progress)
+    # work files are named from the document id: a user's long file name never reaches the disk here
+    md_path = pdf_to_markdown(pdf, out_dir, settings, progress=progress, stem=state["doc_id"])
     pages = page_count(pdf)
     backend = "MinerU" if settings.mineru_api_token else "本地解析"
     return {"md_path": str(md_path), "pages": pages, "_summary": f"{backend}：{pages} 页 → {md_path.name}"}

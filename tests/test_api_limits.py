@@ -1,0 +1,108 @@
+"""Limits while the body arrives, tidy failure, names that outgrow the file system, JSON errors.
+
+Each test is an input that got through (or left something behind) before, refused cleanly now.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from api_fixtures import api, api_server, wait_task  # noqa: F401 (fixtures)
+from conftest import ROOT, auth_header
+
+BOUNDARY = b"zgzk-limit-boundary"
+MULTIPART = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY.decode()}"}
+CHUNK = 64 * 1024
+
+
+def multipart(name: bytes, size: int):
+    """One file part of `size` bytes, produced as it is sent."""
+    yield (b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="files"; filename="' + name
+           + b'"\r\nContent-Type: application/octet-stream\r\n\r\n')
+    for _ in range(size // CHUNK):
+        yield b"0" * CHUNK
+    yield b"\r\n--" + BOUNDARY + b"--\r\n"
+
+
+def files_under(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+async def test_an_oversized_file_is_cut_off_as_it_arrives(api_server, env, tmp_path):
+    settings = env(DATA_DIR=str(tmp_path / "data"), MAX_UPLOAD_MB=1)
+    sent = 0
+
+    async def body():
+        nonlocal sent
+        for chunk in multipart(b"huge.pdf", 50 * 1024 * 1024):  # 50 MB, no Content-Length
+            sent += len(chunk)
+            yield chunk
+
+    transport = httpx.ASGITransport(app=api_server.app)  # reads the body only as the app asks for it
+    async with httpx.AsyncClient(transport=transport, base_url="http://api", headers=auth_header()) as client:
+        reply = await client.post("/api/upload", content=body(), headers=MULTIPART)
+    assert reply.status_code == 413 and "单个文件超过了 1 MB 的上限" in reply.json()["error"]
+    # the server stopped reading right after the file's limit, long before the 11 MB whole-body cap
+    assert sent < 1.2 * 1024 * 1024
+    # over a real connection too, with the size declared and below the whole-body cap
+    with httpx.Client(base_url=api_server.base_url, headers=auth_header(), timeout=60) as client:
+        real = client.post("/api/upload", content=b"".join(multipart(b"big.pdf", 6 * 1024 * 1024)), headers=MULTIPART)
+    assert real.status_code == 413 and "已停止接收" in real.json()["error"]
+    assert files_under(settings.data_dir / "uploads") == []
+
+
+@pytest.mark.parametrize("name, content, reason", [
+    ("只有图片.md", "![](a.png)\n\n<img src='b.png'>\n", "没有任何文字内容"),
+    ("坏掉的.pdf", "%PDF-1.4 这不是一个真正的 PDF", "PDF"),
+])
+def test_a_failed_import_leaves_no_staged_files(api, env, tmp_path, name, content, reason):
+    settings = env(DATA_DIR=str(tmp_path / "data"))
+    reply = api.post("/api/upload", files=[("files", (name, content.encode(), "application/octet-stream"))])
+    assert reply.status_code == 200, reply.text
+    status = wait_task(api, reply.json()["task_ids"][0])
+    assert status["status"] == "failed" and reason in status["error"]
+    for folder in ("uploads", "work", "objects"):
+        assert files_under(settings.data_dir / folder) == [], folder
+
+
+def _cli(*paths: str, data_dir: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DATA_DIR": str(data_dir)}
+    return subprocess.run([sys.executable, "-m", "graphs.importing", *paths, "--json"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_long_file_names_import_and_too_long_paths_fail_cleanly(api, env, tmp_path):
+    settings = env(DATA_DIR=str(tmp_path / "data"))
+    long_md = tmp_path / ("说" * 81 + ".md")  # 246 bytes: fits the disk, not with "_new" and a suffix added
+    long_md.write_text("# 长名字的说明书\n\n按住电源键三秒开机。\n", encoding="utf-8")
+    too_long = str(tmp_path / ("长" * 100 + ".md"))  # 303 bytes: cannot even exist
+    done = _cli(str(long_md), too_long, data_dir=settings.data_dir)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert "Traceback" not in done.stderr and done.returncode == 1
+    assert [r["status"] for r in lines] == ["completed", "failed"], lines
+    assert "文件名或路径过长" in lines[1]["error"] and lines[1]["failed_node"] == "node_entry"
+    written = [p for p in settings.data_dir.rglob("*")]
+    assert written and all(len(p.name.encode("utf-8")) <= 255 for p in written)
+    # the same through the API, with a 250-character name
+    reply = api.post("/api/upload", files=[("files", ("明" * 247 + ".md", "# 明\n\n正文内容。".encode(), "text/markdown"))])
+    assert reply.status_code == 200, reply.text
+    assert wait_task(api, reply.json()["task_ids"][0])["status"] == "completed"
+
+
+def test_every_api_error_is_chinese_json(api):
+    for name in (b"a\rb.md", b"a\r\nContent-Type: x\r\n.md"):
+        body = b"".join(multipart(name, CHUNK))
+        reply = api.post("/api/upload", content=body, headers=MULTIPART)
+        assert reply.status_code == 400 and "上传数据无法解析" in reply.json()["error"], reply.text
+    no_boundary = api.post("/api/upload", content=b"x", headers={"Content-Type": "multipart/form-data"})
+    assert no_boundary.status_code == 400 and "boundary" in no_boundary.json()["error"]
+    for method, path in (("GET", "/api/nothing-here"), ("POST", "/api/v2/query"), ("PUT", "/api/query")):
+        reply = api.request(method, path)
+        assert reply.status_code == 404 and reply.json() == {
+            "error": f"接口不存在：{method} {path}（接口列表见 /docs）"}

@@ -1,0 +1,67 @@
+"""Product confirmation over ~1,000 products: the token index decides exactly as matching every name."""
+from __future__ import annotations
+
+import json
+import time
+
+from bench.speed import synthetic_name
+from graphs.query.product_match import match_product, normalize, product_index, rank_products
+from query_fixtures import QA_FILE, products  # noqa: F401  (fixture)
+
+PRODUCTS = 1000
+
+
+def catalogue(real: list[str]) -> list[str]:
+    return sorted(real + [synthetic_name(p) for p in range(PRODUCTS)])
+
+
+def questions() -> list[str]:
+    qa = [json.loads(line)["question"] for line in QA_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # synthetic names written as users write them: spaced, glued, hyphenated, lower case, brand only,
+    # an unknown model of a known brand
+    made = []
+    for p in range(0, PRODUCTS, 41):
+        brand, model, kind = synthetic_name(p).split()
+        made += [f"{brand} {model} {kind}怎么接线？", f"{brand}{model.lower()}的固件在哪下载",
+                 f"{model[:2]}-{model[2:]} 的供电电压", f"{brand}的{kind}支持哪些接口", f"{brand} ZZ{p} 怎么用"]
+    return qa + made
+
+
+def test_index_decides_exactly_as_matching_every_product(products):
+    names = catalogue(list(products))
+    index = product_index(tuple(names))
+    checked = 0
+    for q in questions():
+        present = index.present(normalize(q))
+        hit = {i for t in present for i in index.by_token[t]}
+        for i, name in enumerate(names):
+            every = match_product(q, name, index.all_tokens)
+            if i in hit:
+                assert match_product(q, name, index.all_tokens, present) == every, (q, name)
+            else:  # a product sharing no token with the question matches nothing
+                assert (every.kind, every.score) == ("none", 0.0), (q, name)
+            checked += every.kind != "none"
+    assert checked > 100  # the questions did name products
+
+
+def test_confirmation_among_a_thousand_products_takes_milliseconds(products):
+    names = catalogue(list(products))
+    qs = questions()
+    rank_products(qs[0], names)  # the index is built once per product list
+    started = time.perf_counter()
+    ranked = [rank_products(q, names) for q in qs]
+    per_question_ms = (time.perf_counter() - started) * 1000 / len(qs)
+    # matching every name, as before the index, on the same machine at the same moment (load varies here)
+    index = product_index(tuple(names))
+    started = time.perf_counter()
+    for q in qs[::10]:
+        [match_product(q, n, index.all_tokens) for n in names]
+    every_ms = (time.perf_counter() - started) * 1000 / len(qs[::10])
+    print(f"rank_products over {len(names)} products: {per_question_ms:.2f} ms per question "
+          f"({len(qs)} questions); matching every name: {every_ms:.1f} ms")
+    assert per_question_ms * 5 < every_ms and per_question_ms < 50, (per_question_ms, every_ms)
+    name = synthetic_name(41)
+    brand, model, kind = name.split()
+    top = ranked[qs.index(f"{brand} {model} {kind}怎么接线？")][0]
+    assert (top.name, top.kind) == (name, "full")
+    assert product_index(tuple(names)) is product_index(tuple(names))

@@ -1,0 +1,121 @@
+"""The vector store against a Milvus server (`milvus-lite server`, a real gRPC Milvus endpoint):
+no process-wide lock, and reads paged past any cap."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import services.vector_store as vector_store
+from services.embeddings import get_embedder
+from services.settings import get_settings
+from services.vector_store import VectorStore, get_vector_store
+
+MILVUS_LITE = Path(sys.executable).with_name("milvus-lite")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def milvus_url(tmp_path_factory):
+    port = free_port()
+    proc = subprocess.Popen([str(MILVUS_LITE), "server", "--data-dir", str(tmp_path_factory.mktemp("milvus")),
+                             "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail("milvus-lite server did not start")
+            time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def rows_for(doc_id: str, name: str, n: int) -> list[dict]:
+    texts = [f"{name} 第 {i} 节：接口与供电说明" for i in range(n)]
+    return [{"content": t, "title": f"第 {i} 节", "parent_title": name, "file_title": f"{doc_id}.md",
+             "doc_id": doc_id, "item_name": name, "part": 1, **v}
+            for i, (t, v) in enumerate(zip(texts, get_embedder().embed(texts)))]
+
+
+def call_in_flight(store: VectorStore):
+    """Start a store call that stays in flight until released (an import's long write, say)."""
+    started, release = threading.Event(), threading.Event()
+    worker = threading.Thread(target=store._call, args=("长操作", lambda: (started.set(), release.wait(30))))
+    worker.start()
+    assert started.wait(10)
+    return release, worker
+
+
+def finishes_within(fn, seconds: float) -> bool:
+    done = threading.Event()
+    threading.Thread(target=lambda: (fn(), done.set()), daemon=True).start()
+    return done.wait(seconds)
+
+
+def test_server_calls_do_not_wait_for_each_other_and_reads_are_paged(milvus_url, monkeypatch):
+    store = VectorStore(get_settings().replace(milvus_url=milvus_url), get_embedder())
+    try:
+        assert store.backend == "milvus"
+        store.replace_document("doc-a", rows_for("doc-a", "星河 QX10 开发板", 30),
+                               {"file_title": "doc-a.md", "item_name": "星河 QX10 开发板",
+                                **get_embedder().embed(["星河 QX10 开发板"])[0]})
+        release, worker = call_in_flight(store)
+        try:
+            assert finishes_within(lambda: store.count(), 10), "a question waited for another call"
+        finally:
+            release.set()
+            worker.join()
+        monkeypatch.setattr(vector_store, "QUERY_PAGE", 7)  # 30 rows in 5 pages
+        rows = store.query(store.chunks, 'doc_id == "doc-a"', ["chunk_id", "title"])
+        assert len(rows) == len({r["chunk_id"] for r in rows}) == store.count() == 30
+        assert store.product_names() == ["星河 QX10 开发板"]
+    finally:
+        store.close()
+
+
+def test_milvus_lite_calls_stay_serial_and_reads_are_paged(corpus_results, monkeypatch):
+    store = get_vector_store()
+    assert store.backend == "milvus-lite"
+    release, worker = call_in_flight(store)
+    try:
+        assert not finishes_within(lambda: store.count(), 1.0), "Lite calls must be serial"
+    finally:
+        release.set()
+        worker.join()
+    monkeypatch.setattr(vector_store, "QUERY_PAGE", 7)
+    rows = store.query(store.chunks, "chunk_id >= 0", ["chunk_id"])
+    assert len(rows) == len({r["chunk_id"] for r in rows}) == store.count() > 7 * 3
+
+
+def test_benchmark_on_a_server_uses_collections_of_its_own_and_drops_them(milvus_url):
+    from pymilvus import MilvusClient
+
+    from bench.common import isolated_data_dir
+
+    before = get_settings()
+    with isolated_data_dir(milvus_url=milvus_url):
+        inside = get_settings()
+        assert inside.milvus_url == milvus_url and inside.chunks_collection.startswith("bench_zgzk_bench_")
+        get_vector_store().open()
+        made = {inside.chunks_collection, inside.item_name_collection}
+        assert made <= set(MilvusClient(milvus_url).list_collections())
+    assert not made & set(MilvusClient(milvus_url).list_collections())
+    after = get_settings()
+    assert (after.milvus_url, after.chunks_collection, after.data_dir) == (
+        before.milvus_url, before.chunks_collection, before.data_dir)
