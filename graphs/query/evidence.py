@@ -63,9 +63,11 @@ def strip_products(question: str, item_names: list[str]) -> str:
     return " ".join(text.split()) or question
 
 
-def topic_scores(question: str, item_names: list[str], docs: list[dict], pool: list[dict]) -> tuple[list[float], str]:
-    """(scores of the docs against the question without its products, the scorer's name). `pool` lends the
-    dense vectors search already returned, so the offline scorer embeds no passage twice."""
+def topic_scores(question: str, item_names: list[str], docs: list[dict],
+                 pool: list[dict]) -> tuple[list[float] | None, str]:
+    """(scores of the docs against the question without its products, the scorer's name); None when
+    no scorer works. `pool` lends the dense vectors search already returned, so the offline scorer
+    embeds no passage twice."""
     vectors = {d.get("chunk_id"): d["dense"] for d in pool if d.get("dense") and d.get("chunk_id")}
     docs = [{**d, "dense": d.get("dense") or vectors.get(d.get("chunk_id"))} for d in docs]
     text = strip_products(question, item_names)
