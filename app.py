@@ -17,12 +17,11 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from api import mount_api
-from graphs.importing import catalog
+from graphs.importing import MAX_FILES, catalog
 from services.object_store import IMAGES_PREFIX, LOCAL_URL_PREFIX, local_images_root
 from services.settings import get_settings
 from services.task_store import get_task_store
-from services.vector_store import get_vector_store
-from ui import attachments, chat, sources
+from ui import access, attachments, chat, knowledge, sources
 from ui.auth import LoginAddress, announce_admin_password, check_login, ensure_auth_secret, login_address
 from ui.data_layer import HistoryDataLayer
 from ui.translations import mount_translations
@@ -39,8 +38,9 @@ MAX_STARTERS = 4
 settings = get_settings()
 ensure_auth_secret(settings.data_dir)  # before Chainlit checks for it, right after loading this module
 announce_admin_password(settings)
-# The upload cap follows MAX_UPLOAD_MB, in the browser and on the server.
+# The upload caps follow MAX_UPLOAD_MB and the import's set size, in the browser and on the server.
 config.features.spontaneous_file_upload.max_size_mb = settings.max_upload_mb
+config.features.spontaneous_file_upload.max_files = MAX_FILES  # a documentation site's pages, as one set
 
 # Chainlit's catch-all GET route shadows routes added after it: the image route goes first.
 images_root = local_images_root(settings)
@@ -88,7 +88,8 @@ async def login(username: str, password: str) -> cl.User | None:
 @cl.set_starters
 async def starters(user: cl.User | None = None) -> list[cl.Starter]:
     try:
-        products = await asyncio.to_thread(lambda: get_vector_store().product_names())
+        # read at every request: a product imported a moment ago is offered without a restart
+        products = [p["product"] for p in await asyncio.to_thread(catalog.products)]
     except Exception as exc:  # an unreachable store must not block the welcome screen
         log.warning("读取商品列表失败：%s", exc)
         products = []
@@ -102,6 +103,7 @@ async def starters(user: cl.User | None = None) -> list[cl.Starter]:
 async def start() -> None:
     cl.user_session.set("session_id", cl.context.session.thread_id)
     await chat.settings_widgets(chat.chat_settings()).send()
+    await cl.context.emitter.set_commands(knowledge.COMMANDS)
 
 
 @cl.on_chat_resume
@@ -109,6 +111,7 @@ async def resume(thread: dict) -> None:
     # the thread id is the query graph's session id: follow-ups ("它") see this conversation's history
     cl.user_session.set("session_id", thread["id"])
     await chat.settings_widgets(chat.chat_settings()).send()
+    await cl.context.emitter.set_commands(knowledge.COMMANDS)
     await sources.restore_source_actions(thread)
 
 
@@ -116,8 +119,11 @@ async def resume(thread: dict) -> None:
 async def on_message(message: cl.Message) -> None:
     files = attachments.attached_files(message)
     text = (message.content or "").strip()
+    if message.command == knowledge.COMMAND or text == f"/{knowledge.COMMAND}":
+        await knowledge.show_overview()
+        return
     if files:
-        if not await attachments.may_change_knowledge_base():
+        if not await access.may_change_knowledge_base():
             return
         imports = attachments.start_imports(files)
         if text:
@@ -151,3 +157,7 @@ async def on_open_source(action: cl.Action) -> None:
 @cl.action_callback(attachments.RENAME_PRODUCT)
 async def on_rename_product(action: cl.Action) -> None:
     await attachments.rename_product(action)
+
+
+for _name in knowledge.ACTIONS:  # the knowledge-base buttons: each starts its work and returns at once
+    cl.action_callback(_name)(knowledge.callback(_name))

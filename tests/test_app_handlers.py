@@ -25,6 +25,7 @@ from chainlit.user import User
 import app
 import chainlit as cl
 from conftest import CORPUS_DOCS
+from graphs.importing import MAX_FILES
 from graphs.importing.runner import run_import
 from manual_files import PANEL_PNG, WEB_PRODUCT, WORD_PRODUCT, web_manual, word_manual
 from query_fixtures import model, web  # noqa: F401  (fixtures)
@@ -75,6 +76,12 @@ class CaptureEmitter(BaseChainlitEmitter):
 
     def set_chat_settings(self, settings):
         self.session.chat_settings = settings
+
+    async def task_end(self):
+        self.record("task_end", {})
+
+    async def set_commands(self, commands):
+        self.record("set_commands", {"commands": commands})
 
     async def send_ask_user(self, step_dict, spec, raise_on_timeout=False):
         self.record("ask", step_dict)
@@ -516,8 +523,12 @@ async def test_import_then_question_and_rename(own_data, product_of):
     chunks = store.count()
     rename = s.actions("rename_product")
     assert len(rename) == 1 and set(rename[0]["payload"]) == {"upload"}  # no path leaves the server
-    await s.click(rename[0])
-    assert any(n == "ask" and "正确商品名" in d["output"] for _, n, d in s.emitter.events)
+    await s.click(rename[0])  # returns at once (the browser waits on it): asking and importing go on after
+    assert not [m for m in s.import_messages()[1:] if m["output"].startswith("✅")]
+    await s.wait_for(lambda: any(n == "ask" and "正确商品名" in d["output"] for _, n, d in s.emitter.events))
+    ask = next(d for _, n, d in s.emitter.events if n == "ask")
+    assert ask["parentId"] == rename[0]["forId"]  # shown under the message whose button was clicked
+    await s.wait_for(lambda: [n for _, n, _ in s.emitter.events if n in ("ask", "task_end")][-2:] == ["ask", "task_end"])
     second = (await s.wait_imports(2))[-1]
     assert "商品名：**我的 Duo 开发板**" in second["output"]
     names = {r["item_name"] for r in store.item_names()}
@@ -596,10 +607,10 @@ async def test_rename_needs_a_known_upload_and_a_name(own_data):
     await s.wait_imports(1)
     button = s.actions("rename_product")[0]
     await s.click(button)
-    assert answer_of(s)["output"] == "没有收到新的商品名，保持原样。"
+    await s.wait_for(lambda: answer_of(s)["output"] == "没有收到新的商品名，保持原样。")
     assert s.actions("rename_product") == [button]  # still there to try again
     await s.click({**button, "payload": {"upload": "no-such-upload"}})
-    assert answer_of(s)["output"].startswith("找不到这次上传的文件")
+    await s.wait_for(lambda: answer_of(s)["output"].startswith("找不到这次上传的文件"))
 
 
 async def test_an_import_that_crashes_still_ends_its_message(own_data, monkeypatch):
@@ -655,6 +666,7 @@ def test_upload_settings_take_manuals_only_up_to_the_cap():
 
     cap = get_settings().max_upload_mb
     assert config.features.spontaneous_file_upload.max_size_mb == cap
+    assert config.features.spontaneous_file_upload.max_files == MAX_FILES  # one message, one set
 
     def upload(name: str, mime: str, size: int = 10) -> UploadFile:
         return UploadFile(io.BytesIO(b"x"), filename=name, size=size, headers=Headers({"content-type": mime}))

@@ -1,10 +1,11 @@
 """A person in a real browser: headless Chromium (Debian's, driven by Playwright) against the running app.
 
-Upload a manual and watch it import; ask and see one step per node, the streamed answer and a
+Upload a manual and watch it import, correct its product name with the prompt next to the button
+and the composer still a send button; ask and see one step per node, the streamed answer and a
 picture that loads; see a footer and switches that say what is configured; open a PDF answer's
 source chip at its page; pick a product from the buttons; get refused for a wrong file type; come
 back to the earlier conversation from the sidebar and follow up with "它"; compare two boards and see
-each sub-question nested in its step. Screenshots: artifacts/browser/.
+each sub-question nested in its step; open the knowledge base from the composer, rename a product and delete a document, then ask again. Screenshots: artifacts/browser/.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import async_playwright, expect
 
-from app_fixtures import ADMIN_PASSWORD, ROOT, running_app  # noqa: F401  (fixture)
+from app_fixtures import ADMIN_PASSWORD, PRELOADED, ROOT, running_app  # noqa: F401  (fixture)
 from conftest import CORPUS_DOCS
 from fakes.image_server import FakeImageSite
 
@@ -66,7 +67,7 @@ class Frames:
 
     def on_frame(self, payload) -> None:
         if isinstance(payload, str) and payload.startswith("42"):
-            name, *args = json.loads(payload[2:])
+            name, *args = json.loads(payload[2:].lstrip("0123456789"))  # an ack id comes before the body
             data = args[0] if args and isinstance(args[0], dict) else {}
             self.events.append((name, data.get("id", "")))
             if data.get("name"):
@@ -118,6 +119,13 @@ async def log_in(page, url: str) -> None:
     await expect(page.locator("#chat-input")).to_be_visible()
 
 
+async def api_get(page, url: str, path: str):
+    """The HTTP API as this logged-in browser sees it (its login cookie goes along)."""
+    res = await page.request.get(f"{url}{path}")
+    assert res.ok, await res.text()
+    return await res.json()
+
+
 async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
     assert CHROMIUM.exists(), "Chromium is missing: run scripts/install_system_deps.sh"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -129,6 +137,11 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
         await log_in(page, running_app.url)
         await expect(page.get_by_text("Milk-V Duo S 快速上手")).to_be_visible()
         await expect(page.locator("#chat-settings-open-modal")).to_be_visible()  # the session is up
+        # starters: the catalogue's products, real names only
+        products = [p["product"] for p in await api_get(page, running_app.url, "/api/products")]
+        starters = await page.locator('[id^="starter-"]').all_inner_texts()
+        assert sorted(t.strip() for t in starters) == sorted(f"{p} 快速上手" for p in products)[:4], starters
+        assert await page.locator("#command-知识库").count() == 1  # the knowledge base, from the composer
         await shot(page, "01-welcome")
 
         # -- drop a manual into the chat and wait for its import
@@ -140,7 +153,22 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
         await expect(done).to_be_visible()
         await expect(done).to_contain_text("商品名：Milk-V Duo")
         await expect(done.get_by_role("button", name="修改商品名")).to_be_visible()
+        summary = page.locator(REPLIES).filter(has_text="识别为 1 个产品：Milk-V Duo（1 个文件）")
+        await expect(summary).to_be_visible()
         await shot(page, "02-imported")
+
+        # -- "修改商品名": the prompt sits under the button, the composer stays a send button
+        await done.get_by_role("button", name="修改商品名").click()
+        prompt = page.get_by_text("请输入《duo.md》的正确商品名：")
+        await expect(prompt).to_be_visible()
+        assert (await prompt.bounding_box())["y"] < (await summary.bounding_box())["y"]  # next to the button
+        await expect(page.locator("#stop-button")).to_have_count(0)
+        await page.fill("#chat-input", "Milk-V Duo")
+        await expect(page.locator("#chat-submit")).to_be_enabled()
+        await shot(page, "02b-rename-prompt")
+        await page.keyboard.press("Enter")
+        await expect(page.locator(REPLIES).filter(has_text="《duo.md》导入完成")).to_have_count(2)
+        await expect(page.locator("#stop-button")).to_have_count(0)
 
         # -- ask about it: a step per node, the answer streamed in, its pictures loaded
         first_step_ms.append(await ask(page, "Milk-V Duo 的 GPIO 引脚分配是怎样的？"))
@@ -232,7 +260,7 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
         await expect(earlier).to_be_visible()
         await earlier.click()
         await page.wait_for_url("**/thread/**")
-        await expect(page.locator(REPLIES).filter(has_text="《duo.md》导入完成")).to_be_visible()
+        await expect(page.locator(REPLIES).filter(has_text="《duo.md》导入完成")).to_have_count(2)  # and its re-import
         await expect(page.locator(REPLIES).filter(has_text="（Milk-V Duo S）").first).to_be_visible()
         await shot(page, "07-resumed-thread")
         replies_before = await page.locator(REPLIES).count()
@@ -253,6 +281,43 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
             await expect(nested).to_have_count(1)
         await fan_out.scroll_into_view_if_needed()
         await shot(page, "09-nested-sub-questions")
+
+        # -- the knowledge base: products with their documents; a rename and a delete
+        await page.click("#command-知识库")
+        await page.click("#chat-submit")
+        # the preloaded duo.md and the uploaded one are two documents: same name, different origins
+        overview = page.locator(REPLIES).filter(has_text="📚 知识库：4 个产品，5 份文档")
+        await expect(overview).to_be_visible()
+        for product, file in [(running_app.products[p.stem], p.name) for p in PRELOADED]:
+            await expect(overview.get_by_role("heading", name=product, exact=False).first).to_be_visible()
+            await expect(overview.get_by_role("cell", name=file, exact=True).first).to_be_visible()
+        await shot(page, "10-knowledge-base")
+        views = page.locator(REPLIES).filter(has_text="点击文件名查看它的切片")
+        await overview.get_by_role("button", name="管理：Milk-V Duo", exact=True).click()
+        product = views.filter(has_text="duo.md")
+        for origin in ("本地文件", "上传"):  # two documents named duo.md, told apart by where they came from
+            await expect(product.get_by_role("button", name=f"《duo.md》（{origin}）")).to_be_visible()
+        await overview.get_by_role("button", name="管理：Milk-V Duo256M").click()
+        await views.filter(has_text="duo256m.md").get_by_role("button", name="改名").click()
+        await expect(page.get_by_text("请输入“Milk-V Duo256M”的新产品名：")).to_be_visible()
+        await page.fill("#chat-input", "Duo256M 小板")
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_text("✅ 已把“Milk-V Duo256M”改名为“Duo256M 小板”")).to_be_visible()
+        await overview.get_by_role("button", name="管理：Milk-V Duo S").click()
+        await views.filter(has_text="duos.md").get_by_role("button", name="《duos.md》").click()
+        chunks = page.locator(REPLIES).filter(has_text="《duos.md》").filter(has_text="切片：").last
+        await expect(chunks).to_contain_text("1. ")  # the first chunk, under its heading path
+        await chunks.get_by_role("button", name="删除").click()
+        await page.locator(REPLIES).filter(has_text="确定删除《duos.md》吗").get_by_role("button", name="确认删除").click()
+        await expect(page.get_by_text("🗑️ 已删除《duos.md》")).to_be_visible()
+        await shot(page, "11-renamed-and-deleted")
+        left = sorted(p["product"] for p in await api_get(page, running_app.url, "/api/products"))
+        assert left == sorted(["Duo256M 小板", "Milk-V Duo", running_app.products[PRELOADED[3].stem]]), left
+        # the chat is still usable: a send button, and a question gets its answer
+        await expect(page.locator("#stop-button")).to_have_count(0)
+        replies_before = await page.locator(REPLIES).count()
+        await ask(page, "Duo256M 小板 用的是什么处理器？")  # the manual's word: offline grading answers it
+        await expect(page.locator(REPLIES).nth(replies_before)).to_contain_text("来源")
     # Reported, not asserted: on this shared 2-core machine the number follows the load of other work.
     report = {"first_step_ms": [round(ms) for ms in first_step_ms], "median_ms": round(statistics.median(first_step_ms)),
               "target_ms": FIRST_STEP_TARGET_MS}

@@ -1,4 +1,5 @@
-"""Manuals attached to chat messages: imported in the background, one progress message per file."""
+"""Manuals attached to a chat message: one set, imported in the background with a progress message
+per file, then one summary for the set (products recognised across it) with buttons to correct it."""
 from __future__ import annotations
 
 import asyncio
@@ -11,12 +12,16 @@ from chainlit.server import UserParam, upload_file
 from fastapi import FastAPI, HTTPException, UploadFile
 from fastapi.routing import APIRoute
 
-from graphs.importing import StagedFile, UploadRejected, run_import, stage_uploads
+from graphs.importing import (
+    ImportResult, StagedFile, UploadRejected, discard, import_set, run_import, stage_uploads,
+)
 from services.errors import ImportProcessError
 from services.settings import get_settings
-from ui.auth import chat_user
+from ui import knowledge
+from ui.access import may_change_knowledge_base, user_name
+from ui.background import in_thread, spawn
 from ui.chat import answer
-from ui.format import ImportProgress
+from ui.progress import FileView
 
 log = logging.getLogger("ui.attachments")
 
@@ -36,15 +41,6 @@ async def upload_attachment(current_user: UserParam, session_id: str, file: Uplo
 def refuse_empty_attachments(app: FastAPI) -> None:
     """Put upload_attachment in front of Chainlit's route for the same path."""
     app.router.routes.insert(0, APIRoute("/project/file", upload_attachment, methods=["POST"], include_in_schema=False))
-
-
-async def may_change_knowledge_base() -> bool:
-    """Readers ask questions; importing and renaming are for admins and editors."""
-    user = chat_user()
-    if user.can_edit:
-        return True
-    await cl.Message(content=f"❌ 账号“{user.name}”是只读角色，不能导入或修改说明书；请联系管理员。").send()
-    return False
 
 
 def attached_files(message: cl.Message) -> list:
@@ -67,81 +63,93 @@ def remember(staged: StagedFile) -> str:
     return upload_id
 
 
-async def run_with_progress(staged: StagedFile, task_id: str, product: str | None,
-                            progress: ImportProgress, message: cl.Message):
-    """run_import in a worker thread; its events come back to this loop and update the message."""
-    loop = asyncio.get_running_loop()
-    events: asyncio.Queue = asyncio.Queue()
-
-    def on_event(event: dict) -> None:  # called in the worker thread
-        loop.call_soon_threadsafe(events.put_nowait, event)
-
-    job = asyncio.ensure_future(asyncio.to_thread(
-        run_import, staged.path, product=product, staged=staged, task_id=task_id, on_event=on_event,
-        updated_by=chat_user().name))
-    job.add_done_callback(lambda _: events.put_nowait(None))  # after every event the thread sent
-    while (event := await events.get()) is not None:
-        if event["type"] in ("node_start", "node_end", "node_error"):  # one update per node, not per picture
-            progress.apply(event)
-            message.content = progress.render_running()
-            await message.update()
-    return job.result()
+def rename_button(staged: StagedFile):
+    """The "修改商品名" button of an imported upload, made once its import has finished."""
+    return lambda: [cl.Action(name=RENAME_PRODUCT, payload={"upload": remember(staged)}, label="修改商品名",
+                              tooltip="商品名识别错了？输入正确的名称后重新导入", icon="pencil")]
 
 
-async def import_file(name: str, src: Path | None = None, *, staged: StagedFile | None = None,
-                      product: str | None = None) -> None:
-    """Import one uploaded file, keeping its progress message up to date."""
-    progress = ImportProgress(name)
-    message = cl.Message(content=f"⏳ 正在导入《{name}》……")
-    await message.send()
+async def stage_all(files: list) -> tuple[list[StagedFile], dict[str, FileView]]:
+    """Each file staged on its own: a refused one says why and the others still import."""
+    staged, views = [], {}
+    for f in files:
+        view = FileView(f.name)
+        await view.show()
+        try:
+            item = await asyncio.to_thread(stage_attachment, Path(f.path), f.name)
+        except (UploadRejected, ImportProcessError) as exc:  # type, size, empty: refused before the graph ran
+            await view.fail(f"❌ 《{f.name}》无法导入：{exc.message}")
+            continue
+        except Exception as exc:
+            log.exception("staging %s crashed", f.name)
+            await view.crashed(exc)
+            continue
+        view.done_actions = rename_button(item)
+        staged.append(item)
+        views[item.task_id] = view
+    return staged, views
+
+
+async def import_attachments(files: list) -> None:
+    """The files of one message as one set (the caller has checked that this user may import)."""
+    staged, views = await stage_all(files)
+    if not staged:
+        return
+    by = user_name()
+
+    async def on_event(event: dict) -> None:
+        view = views.get(event.get("task_id"))
+        if view is not None:
+            await view.on_event(event)
     try:
-        if staged is None:
-            staged = await asyncio.to_thread(stage_attachment, src, name)
-            task_id = staged.task_id
-        else:  # importing the same file again (another product name): a task of its own
-            task_id = uuid.uuid4().hex
-        result = await run_with_progress(staged, task_id, product, progress, message)
-    except (UploadRejected, ImportProcessError) as exc:  # refused before the graph ran: type, size, empty
-        message.content = f"❌ 《{name}》无法导入：{exc.message}"
-        await message.update()
+        results: list[ImportResult] = await in_thread(
+            lambda emit: import_set([s.path for s in staged], staged=staged, on_event=emit, updated_by=by), on_event)
+    except Exception as exc:
+        log.exception("import of a set crashed")
+        discard(staged)  # nothing refers to them: no button offers them again
+        for view in views.values():
+            await view.crashed(exc)
         return
-    except Exception as exc:  # a disk or library failure must still end the progress message
-        log.exception("import of %s crashed", name)
-        message.content = progress.render_failed(f"导入出错：{exc}")
-        await message.update()
-        return
-    if result.status != "completed":
-        message.content = progress.render_failed(result.error)
-        await message.update()
-        return
-    message.content = progress.render_done(result.to_dict())
-    message.actions = [cl.Action(name=RENAME_PRODUCT, payload={"upload": remember(staged)}, label="修改商品名",
-                                 tooltip="商品名识别错了？输入正确的名称后重新导入", icon="pencil")]
-    await message.update()
+    items = [{"file": s.display_name, "product": r.item_name, "how": r.product_how, "doc_id": r.doc_id}
+             for s, r in zip(staged, results) if r.status == "completed"]
+    if items:
+        await knowledge.send_set_summary(items)
 
 
-def start_imports(files: list) -> list[asyncio.Task]:
-    """One background task per file, so the chat stays usable while they import."""
-    return [asyncio.create_task(import_file(f.name, Path(f.path))) for f in files]
+def start_imports(files: list) -> asyncio.Task:
+    """The import runs in the background, so the chat stays usable while it does."""
+    return spawn(import_attachments(files), "导入出错")
 
 
-async def answer_after_imports(imports: list[asyncio.Task], question: str) -> None:
-    await asyncio.gather(*imports, return_exceptions=True)
+async def answer_after_imports(imports: asyncio.Task, question: str) -> None:
+    await asyncio.gather(imports, return_exceptions=True)
     await answer(question)
 
 
 async def rename_product(action: cl.Action) -> None:
+    """The button returns at once; asking and importing go on in the background."""
+    if await may_change_knowledge_base():
+        spawn(ask_and_reimport(action), "修改商品名失败")
+
+
+async def ask_and_reimport(action: cl.Action) -> None:
     """Ask for the right product name, then import the same file again under it (replacing itself)."""
-    if not await may_change_knowledge_base():
-        return
     info = (cl.user_session.get("uploads") or {}).get(str(action.payload.get("upload") or ""))
     if not isinstance(info, dict):
         await cl.Message(content="找不到这次上传的文件（会话可能已过期），请重新上传说明书。").send()
         return
-    reply = await cl.AskUserMessage(content=f"请输入《{info['display_name']}》的正确商品名：", timeout=RENAME_TIMEOUT_S).send()
-    product = " ".join(str((reply or {}).get("output") or "").split())
+    product = await knowledge.ask_name(f"请输入《{info['display_name']}》的正确商品名：", action)
     if not product:
         await cl.Message(content="没有收到新的商品名，保持原样。").send()
         return
     await action.remove()
-    await import_file(info["display_name"], staged=StagedFile.from_dict(info), product=product)
+    staged = StagedFile.from_dict(info)
+    view = FileView(info["display_name"], done_actions=rename_button(staged))
+    await view.show()
+    by = user_name()
+    try:  # the same file again under another name: a task of its own
+        await in_thread(lambda emit: run_import(staged.path, product=product, staged=staged, on_event=emit,
+                                                updated_by=by), view.on_event)
+    except Exception as exc:
+        log.exception("re-import of %s crashed", staged.name)
+        await view.crashed(exc)

@@ -9,6 +9,7 @@ from chainlit.utils import utc_now
 from graphs.query.product_match import rank_products
 from graphs.query.runner import astream_query
 from services.settings import get_settings
+from ui.background import drop_buttons, keep_buttons
 from ui.format import STEP_TYPES, sources_line, step_output, sub_question_output
 from ui.sources import chip_payloads, source_actions
 
@@ -169,10 +170,8 @@ class AnswerView:
         message.content = "\n\n".join(p for p in parts if p)
         message.elements = elements
         await self.show(message)
-        if final.get("branch") in ("ask", "refuse") and message.actions:
-            actions = cl.user_session.get("product_actions") or {}
-            actions[message.id] = message.actions
-            cl.user_session.set("product_actions", actions)
+        if final.get("branch") in ("ask", "refuse"):  # the product buttons go together; source chips stay
+            keep_buttons(message)
 
 
 async def answer(question: str, product: str | None = None) -> None:
@@ -187,10 +186,7 @@ async def answer(question: str, product: str | None = None) -> None:
 
 async def choose_product(action: cl.Action) -> None:
     """A candidate button: drop every button of that message, then answer the original question pinned."""
-    actions = cl.user_session.get("product_actions") or {}
-    for button in actions.pop(action.forId, None) or [action]:
-        await button.remove()
-    cl.user_session.set("product_actions", actions)
+    await drop_buttons(action)
     cl.user_session.set("pending_choice", None)
     product = str(action.payload.get("product") or "")
     question = str(action.payload.get("question") or "")

@@ -5,6 +5,7 @@ Pure functions of the graph events, so they are tested without Chainlit.
 from __future__ import annotations
 
 import re
+import time
 
 from graphs.importing import PATH_SEP
 
@@ -32,6 +33,7 @@ SOURCE_SECTION_CHARS = 30
 
 
 DIRECTIVE = re.compile(r":(?=[A-Za-z])")
+IMAGE_MARK = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 
 
 def plain(text: str) -> str:
@@ -219,7 +221,7 @@ class ImportProgress:
     def render_running(self) -> str:
         return "\n".join([f"⏳ 正在导入《{self.file_name}》……", "", *self.node_lines()])
 
-    def render_done(self, result: dict) -> str:
+    def render_done(self, result: dict, rename_hint: bool = True) -> str:
         missing, remote = int(result.get("images_missing") or 0), int(result.get("images_remote") or 0)
         images = (f"{result.get('images_uploaded', 0)} 张" + (f"（另有 {missing} 张图片文件缺失，未能显示）" if missing else "")
                   + (f"（{remote} 张网络图片来自未允许的网站，未导入）" if remote else ""))
@@ -229,9 +231,117 @@ class ImportProgress:
             f"- 切片：{result.get('chunks', 0)} 个",
             f"- 图片：{images}",
             f"- 用时：{float(result.get('seconds') or 0):.1f} 秒",
-            "", "商品名不对？点击下方“修改商品名”按钮重新导入。",
+            *(["", "商品名不对？点击下方“修改商品名”按钮重新导入。"] if rename_hint else []),
         ])
 
     def render_failed(self, error: str) -> str:
         return "\n".join([f"❌ 《{self.file_name}》导入失败：{error}", "", *self.node_lines(), "",
                           "这份文件没有写入知识库，可以修改后重新上传。"])
+
+
+# -- the knowledge base as the chat shows it ------------------------------------------------
+STATUS_NAMES = {"ready": "✅ 可用", "importing": "⏳ 导入中", "damaged": "⚠️ 需重新导入"}
+SOURCE_NAMES = {"upload": "上传", "path": "本地文件", "recovered": "修复时找回"}
+NO_PRODUCT = "（未归类）"
+CHUNK_PAGE = 5
+CHUNK_CHARS = 400
+
+
+def set_summary(items: list[dict]) -> str:
+    """One upload set: its products with their file counts, and the files whose product is a guess.
+    `items`: {"file", "product", "how"} for every file that was imported."""
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item["product"]] = counts.get(item["product"], 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    lines = [f"识别为 {len(ranked)} 个产品：" + "、".join(f"{cell(p)}（{n} 个文件）" for p, n in ranked)]
+    weak = [i for i in items if i["how"] == "weak"]
+    if weak:
+        lines += [""] + [f"- 《{cell(i['file'])}》未写明产品，暂归入 {cell(i['product'])}，请确认" for i in weak]
+    lines += ["", "识别正确请点“接受”；也可以给产品改名，或把文件移到别的产品。"]
+    return "\n".join(lines)
+
+
+def when(ts) -> str:
+    if not ts:
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(float(ts)))
+
+
+def images_cell(record: dict) -> str:
+    missing = int(record.get("images_missing") or 0)
+    found = int(record.get("images_resolved") or 0)
+    return f"{found}（缺 {missing}）" if missing else str(found)
+
+
+def source_name_of(record: dict) -> str:
+    return SOURCE_NAMES.get(record.get("source") or "", "—")
+
+
+def file_label(record: dict, docs: list[dict]) -> str:
+    """A document's button label; where a name repeats (`boot.md` of two products) the origin tells them apart."""
+    name = record.get("file_name") or record["doc_id"]
+    twins = [d for d in docs if d.get("file_name") == record.get("file_name")]
+    if len(twins) < 2:
+        return f"《{name}》"
+    same_origin = [d for d in twins if d.get("source") == record.get("source")]
+    tag = source_name_of(record) + (f" {same_origin.index(record) + 1}" if len(same_origin) > 1 else "")
+    return f"《{name}》（{tag}）"
+
+
+def documents_table(docs: list[dict]) -> str:
+    rows = ["| 文件 | 状态 | 页数 | 切片 | 图片 | 导入时间 | 来源 |", "|---|---|---|---|---|---|---|"]
+    rows += [f"| {cell(d.get('file_name')) or d['doc_id']} | {STATUS_NAMES.get(d.get('status'), cell(d.get('status')))} "
+             f"| {int(d.get('pages') or 0) or '—'} | {int(d.get('chunks') or 0)} | {images_cell(d)} "
+             f"| {when(d.get('imported_at'))} | {source_name_of(d)} |" for d in docs]
+    return "\n".join(rows)
+
+
+def by_product(docs: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for d in docs:
+        grouped.setdefault(d.get("product") or NO_PRODUCT, []).append(d)
+    return dict(sorted(grouped.items()))
+
+
+def kb_overview(docs: list[dict]) -> str:
+    """Every product with its documents."""
+    if not docs:
+        return "📚 知识库还是空的：把说明书（PDF 或 Markdown）拖进对话框即可导入。"
+    grouped = by_product(docs)
+    lines = [f"## 📚 知识库：{len(grouped)} 个产品，{len(docs)} 份文档"]
+    for product, group in grouped.items():
+        chunks = sum(int(d.get("chunks") or 0) for d in group)
+        lines += ["", f"### {cell(product)}（{len(group)} 份文档，{chunks} 个切片）", "", documents_table(group)]
+    lines += ["", "点击“管理”查看某个产品的文档和切片，或修改、删除。"]
+    return "\n".join(lines)
+
+
+def product_view(product: str, docs: list[dict]) -> str:
+    return "\n".join([f"### {cell(product)}", "", documents_table(docs), "",
+                      "点击文件名查看它的切片，或重新导入、删除。"])
+
+
+def chunk_page(record: dict, chunks: list[dict], start: int) -> str:
+    """A page of a document's chunks: heading path, text (shortened), its pictures are shown below."""
+    shown = chunks[start:start + CHUNK_PAGE]
+    lines = [f"### 《{cell(record.get('file_name'))}》", "",
+             f"产品：{cell(record.get('product')) or NO_PRODUCT}　状态：{STATUS_NAMES.get(record.get('status'), '—')}"
+             f"　切片：{len(chunks)} 个　图片：{images_cell(record)}　导入时间：{when(record.get('imported_at'))}"]
+    if record.get("error"):
+        lines.append(f"\n> ⚠️ {plain(record['error'])}")
+    if not shown:
+        lines.append("\n没有切片。")
+    for n, chunk in enumerate(shown, start + 1):
+        parent, title = chunk.get("parent_title") or "", chunk.get("title") or ""
+        # a title often holds its whole heading path already ("Duo S > GPIO > 排针 J3")
+        path = (f"{parent} › {title}" if parent and title and not title.startswith(parent) else title or parent) \
+            or "（无标题）"
+        part = f"（第 {chunk['part']} 段）" if int(chunk.get("part") or 1) > 1 else ""
+        text = IMAGE_MARK.sub("🖼", " ".join((chunk.get("content") or "").split()))
+        if len(text) > CHUNK_CHARS:
+            text = text[:CHUNK_CHARS] + "…"
+        lines += ["", f"**{n}. {cell(path)}**{part}", "", f"> {plain(text)}"]
+    if start + CHUNK_PAGE < len(chunks):
+        lines.append(f"\n第 {start + 1}–{start + len(shown)} 个，共 {len(chunks)} 个。")
+    return "\n".join(lines)

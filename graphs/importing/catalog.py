@@ -154,7 +154,16 @@ def reindex_all(*, updated_by: str = "", progress: Progress = _quiet) -> dict:
     return {"documents": len(records), "completed": len(done), "failed": failed}
 
 
-def _reimport(record: dict, updated_by: str) -> ImportResult:
+def reimport_document(doc_id: str, *, updated_by: str = "",
+                      on_event: Callable[[dict], None] | None = None) -> ImportResult:
+    """One document imported again from its stored original, under its product."""
+    record = document(doc_id)
+    if not record.get("original_key"):
+        raise ValidationError("这份文档没有保存原件，请重新上传。")
+    return _reimport(record, updated_by, on_event)
+
+
+def _reimport(record: dict, updated_by: str, on_event: Callable[[dict], None] | None = None) -> ImportResult:
     settings = get_settings()
     folder = settings.data_dir / "reindex" / record["doc_id"]
     folder.mkdir(parents=True, exist_ok=True)
@@ -168,7 +177,8 @@ def _reimport(record: dict, updated_by: str) -> ImportResult:
         return run_import(path, product=record.get("product"), product_source=record.get("product_source") or "user",
                           product_evidence=record.get("product_evidence", ""), identity=record.get("identity"),
                           original_key=record["original_key"], updated_by=updated_by,
-                          source=record.get("source") or "path", file_name=record.get("file_name", ""))
+                          source=record.get("source") or "path", file_name=record.get("file_name", ""),
+                          on_event=on_event)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
