@@ -5,7 +5,8 @@ and the composer still a send button; ask and see one step per node, the streame
 picture that loads; see a footer and switches that say what is configured; open a PDF answer's
 source chip at its page; pick a product from the buttons; get refused for a wrong file type; come
 back to the earlier conversation from the sidebar and follow up with "它"; compare two boards and see
-each sub-question nested in its step; open the knowledge base from the composer, rename a product and delete a document, then ask again. Screenshots: artifacts/browser/.
+each sub-question nested in its step; open the knowledge base from the composer, rename a product and
+delete a document, then ask again. Screenshots: artifacts/browser/.
 """
 from __future__ import annotations
 
