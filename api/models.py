@@ -68,6 +68,7 @@ class Answer(BaseModel):
     """The `final` SSE event and the body of a non-streamed answer."""
     session_id: str
     status: Literal["completed"] = "completed"
+    original_query: str = ""
     answer: str
     branch: str | None = Field(None, description="confirmed：已确认产品；ask：需要选择产品；refuse：知识库无相关产品")
     item_names: list[str] = Field(default_factory=list)

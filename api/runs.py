@@ -16,12 +16,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import AsyncIterator, Iterator
 
+from graphs.query.contracts import answer_of
 from graphs.query.runner import astream_query
 
 log = logging.getLogger("api.runs")
-
-ANSWER_KEYS = ("session_id", "answer", "branch", "item_names", "candidates", "image_urls", "sources",
-               "done_list", "warnings", "seconds")
 
 
 class SessionBusy(Exception):
@@ -37,16 +35,6 @@ class Event:
     seq: int
     name: str   # progress | delta | final | error
     data: dict
-
-
-def answer_payload(final: dict) -> dict:
-    """The runner's `final` event -> the API's answer (the `final` SSE event, the non-stream body)."""
-    out = {k: final.get(k) for k in ANSWER_KEYS}
-    for key in ("item_names", "candidates", "image_urls", "sources", "done_list", "warnings"):
-        out[key] = list(out[key] or [])
-    out["answer"] = out["answer"] or ""
-    out["status"] = "completed"
-    return out
 
 
 class Channel:
@@ -95,7 +83,7 @@ class Channel:
         elif kind == "delta":
             self.publish("delta", {"delta": event["delta"]})
         elif kind == "final":
-            self.publish("final", answer_payload(event))
+            self.publish("final", dict(answer_of(event)))
         elif kind == "error":
             self.publish("error", {"error": event.get("error") or "处理问题时出错", "node": event.get("node", "")})
 

@@ -8,6 +8,7 @@ import collections
 import contextlib
 import os
 import platform
+import random
 import re
 import resource
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from bench.shared import CORPUS
 from bench.tables import fmt, md_table, percentiles, write_json  # noqa: F401  (re-exported to the benches)
-from graphs.importing import ImportResult, doc_identity, iter_import_files, run_import
+from graphs.importing import ImportResult, doc_identity, import_set, iter_import_files, run_import
 from graphs.query.graph import build_query_graph
 from graphs.query.runner import initial_state
 from services.embeddings import get_embedder
@@ -30,6 +31,9 @@ from services.vector_store import ANALYZER, VectorStore, get_vector_store
 ROOT = Path(__file__).resolve().parent.parent
 QA_FILE = ROOT / "bench" / "data" / "qa_corpus.jsonl"
 K_VALUES = (1, 3, 5, 10)
+# Every QA set is split with this seed into a calibration half (constants are chosen on it) and a
+# held half (what is reported).
+SPLIT_SEED = 10
 TOP_K = max(K_VALUES)
 # Retrieval only: no web search, no HyDE, and the graph stops before the answer node.
 RETRIEVAL_OPTIONS = {"web_search": False, "hyde": False}
@@ -129,14 +133,22 @@ def expand_docs(paths: list[str | Path]) -> list[Path]:
     return files
 
 
-def import_docs(files: list[Path], log=print) -> list[ImportResult]:
-    """Import through the real import graph; any failure stops the benchmark with the reasons."""
+def import_docs(files: list[Path], log=print, roots: list[str | Path] | None = None) -> list[ImportResult]:
+    """Import through the real import graph; any failure stops the benchmark with the reasons.
+    With `roots`, the files under each root folder arrive together, as a folder import does (their
+    products recognised across the set); otherwise each file alone."""
+    groups: list[tuple[Path | None, list[Path]]] = [(None, [f]) for f in files]
+    if roots:
+        folders = [Path(r).resolve() for r in roots]
+        under = {f: next((r for r in folders if r.is_dir() and r in f.resolve().parents), None) for f in files}
+        groups = [(r, [f for f in files if under[f] == r]) for r in folders if r.is_dir()]
+        groups += [(None, [f]) for f in files if under[f] is None]
     results = []
-    for path in files:
-        result = run_import(path)
-        log(f"  导入 {path.name}：{result.status}，产品“{result.item_name}”，{result.chunks} 个切片，"
-            f"{result.seconds:.2f} 秒")
-        results.append(result)
+    for root, group in groups:
+        for result in (import_set(group, root=root) if root else [run_import(group[0])]):
+            log(f"  导入 {Path(result.file).name}：{result.status}，产品“{result.item_name}”，{result.chunks} 个切片，"
+                f"{result.seconds:.2f} 秒")
+            results.append(result)
     failed = [f"{Path(r.file).name}（{r.failed_node or '未知节点'}：{r.error}）" for r in results
               if r.status != "completed"]
     if failed:
@@ -184,6 +196,13 @@ def first_relevant_rank(contents: list[str], evidence: list[str], k: int = TOP_K
         if all(n in text for n in needles):
             return rank
     return None
+
+
+def calibration_half(ids: list[str], seed: int = SPLIT_SEED) -> set[str]:
+    """The ids constants may be chosen on: the first half of the sorted ids shuffled with `seed`."""
+    shuffled = sorted(ids)
+    random.Random(seed).shuffle(shuffled)
+    return set(shuffled[:len(shuffled) // 2])
 
 
 def rank_metrics(ranks: list[int | None]) -> dict:

@@ -15,7 +15,6 @@ evidence lies in one source of the context the answer node would build (12,000 c
 """
 from __future__ import annotations
 
-import random
 import sys
 import time
 from pathlib import Path
@@ -23,8 +22,8 @@ from pathlib import Path
 from collections import defaultdict
 
 from bench.common import (
-    RETRIEVAL_OPTIONS, docs_qa_args, expand_docs, first_relevant_rank, import_docs, isolated_data_dir, md_table,
-    run_cli, write_json,
+    RETRIEVAL_OPTIONS, SPLIT_SEED, calibration_half, docs_qa_args, expand_docs, first_relevant_rank, import_docs,
+    isolated_data_dir, md_table, run_cli, write_json,
 )
 from bench.retrieval import DocIndex, load_qa
 from graphs.query.evidence import answer_threshold, strip_products
@@ -34,16 +33,13 @@ from graphs.query.runner import initial_state
 from services.settings import get_settings
 from services.vector_store import eq_filter, get_vector_store
 
-SEED = 13
 SECTION_MIN_HITS = 2
 SECTION_FIELDS = ["chunk_id", "content", "title", "parent_title", "doc_id", "item_name"]
 
 
-def split_questions(questions: list, seed: int = SEED) -> tuple[list, list]:
-    """(calibration, report): half of the ids each, drawn with a fixed seed."""
-    ids = sorted(q.id for q in questions)
-    random.Random(seed).shuffle(ids)
-    calibration = set(ids[:len(ids) // 2])
+def split_questions(questions: list, seed: int = SPLIT_SEED) -> tuple[list, list]:
+    """(calibration, report): the halves every benchmark uses (`calibration_half`, fixed seed)."""
+    calibration = calibration_half([q.id for q in questions], seed)
     return [q for q in questions if q.id in calibration], [q for q in questions if q.id not in calibration]
 
 
@@ -199,7 +195,7 @@ def report_markdown(report: dict) -> str:
     cal, sec = report["calibration"], report["parent_sections"]
     return "\n".join([
         "# 证据评估与改写评测", "",
-        f"问答集 {report['qa_file']}，固定种子 {SEED} 对半拆分：校准 {report['calibration_questions']} 题，"
+        f"问答集 {report['qa_file']}，固定种子 {SPLIT_SEED} 对半拆分：校准 {report['calibration_questions']} 题，"
         f"报告 {report['report_questions']} 题（下表只用报告部分）。", "",
         f"校准部分选出的阈值 {cal['threshold']:.4f}（J={cal['youden_j']}，正例 {cal['positives']}、反例 "
         f"{cal['negatives']}）；图中使用的阈值 {report['threshold_in_use']:.4f}。", "",
@@ -235,7 +231,7 @@ def run(docs: list[str | Path], qa: str | Path, out: str | Path, data_dir: str |
                 if other:
                     rows[part].append(record(q, "foreign", other, expected))
         scorer = next((r["scorer"] for r in rows["report"] if r["scorer"]), "")
-    report = {"qa_file": str(qa), "seed": SEED, "calibration_questions": len(calibration),
+    report = {"qa_file": str(qa), "seed": SPLIT_SEED, "calibration_questions": len(calibration),
               "report_questions": len(held), "calibration": calibrate(rows["calibration"]),
               "threshold_in_use": answer_threshold(scorer), "scorer": scorer,
               "without_grading": figures(rows["report"], graded=False),

@@ -1,9 +1,11 @@
-"""Cross-encoder relevance scores in 0..1 for (query, passage) pairs.
+"""Relevance scores in 0..1 for (query, passage) pairs.
 
 A rerank server when `RERANK_URL` is set (TEI / Infinity-style `POST /rerank`), else in process
-`FlagReranker(BGE_RERANKER_LARGE)` (query first, pitfall 9). No package ships
-cross-encoder weights, so offline the scorer fuses the dense cosine of the whole passage with how
-much of the question's vocabulary the passage covers; `name` says which scorer ran.
+`FlagReranker(BGE_RERANKER_LARGE)` (query first, pitfall 9). No package ships cross-encoder
+weights, so offline the scorer is lexical: the mean of how much of the question's vocabulary
+(IDF-weighted, distinct words) the passage covers, how much its best sentence covers (the words
+close together), and BM25 among the candidates. The dense cosine of USE-m3 made its order worse on
+held-out questions and is left out. `name` says which scorer ran.
 """
 from __future__ import annotations
 
@@ -13,15 +15,18 @@ import threading
 from functools import lru_cache
 
 import jieba
-import numpy as np
 
-from services.embeddings import get_embedder, post_json, validate_model_dir
+from services.embeddings import post_json, validate_model_dir
 from services.errors import ConfigurationError, RerankError
 from services.settings import Settings, get_settings
 
 jieba.setLogLevel(60)
 STOPWORDS = set("的 了 吗 呢 吧 啊 是 在 和 与 或 及 有 没有 怎么 怎样 如何 什么 哪个 哪些 哪 多少 几 个 能 能否 可以 要 需要 "
                 "用 把 被 对 这 那 这个 那个 它 我 你 请问 一下 时 中 上 下 为什么 是否 吗？ 呢？".split())
+# A sentence ends at Chinese or ASCII end punctuation or a line break (table rows, list items).
+SENTENCE_END = re.compile(r"(?<=[。！？；!?;\n])")
+BM25_K1 = 1.2
+BM25_B = 0.75
 
 
 def query_terms(query: str) -> list[str]:
@@ -50,13 +55,71 @@ def idf(term: str) -> float:
     return table.get(term, median)
 
 
+def squashed(text: str) -> str:
+    return re.sub(r"\s+", "", text.lower())
+
+
+def word_groups(terms: list[str]) -> list[tuple[str, list[str]]]:
+    """Each distinct word of the question with the parts jieba also cut it into ("以太网": "以太"),
+    so that a word is counted once, not once per part."""
+    keys = [t.replace(" ", "") for t in terms]
+    words = [k for k in keys if not any(k != o and k in o for o in keys)]
+    return [(w, [k for k in keys if k != w and k in w]) for w in dict.fromkeys(words)]
+
+
 def coverage(terms: list[str], passage: str) -> float:
-    """Share of the question's vocabulary, IDF-weighted, that the passage contains."""
-    if not terms:
+    """Share of the question's distinct words, IDF-weighted, that the passage contains; a word
+    only partly there (one of its parts) counts as much as that part, at most the word."""
+    groups = word_groups(terms)
+    if not groups:
         return 0.0
-    text = re.sub(r"\s+", "", passage.lower())
-    total = sum(idf(t) for t in terms)
-    return sum(idf(t) for t in terms if t.replace(" ", "") in text) / total
+    text = squashed(passage)
+    total = sum(idf(w) for w, _ in groups)
+    found = 0.0
+    for word, parts in groups:
+        if word in text:
+            found += idf(word)
+        else:
+            found += min(idf(word), max((idf(p) for p in parts if p in text), default=0.0))
+    return found / total
+
+
+def sentences(text: str) -> list[str]:
+    return [s for s in SENTENCE_END.split(text) if s.strip()]
+
+
+def best_sentence_coverage(terms: list[str], passage: str) -> float:
+    return max((coverage(terms, s) for s in sentences(passage)), default=0.0)
+
+
+def pool_bm25(terms: list[str], passages: list[str]) -> list[float]:
+    """BM25 of each passage among the given ones (substring word counts, jieba IDF), as a share of
+    the most any passage could score (every term infinitely often): 0..1 whatever the pool, so a
+    weak best candidate stays weak."""
+    texts = [squashed(p) for p in passages]
+    average = sum(map(len, texts)) / max(1, len(texts)) or 1.0
+    groups = word_groups(terms)
+    ceiling = sum(idf(w) for w, _ in groups) * (BM25_K1 + 1)
+    out = []
+    for text in texts:
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * len(text) / average)
+        score = 0.0
+        for word, parts in groups:  # the word, else its best part present (as in `coverage`)
+            present = [t for t in [word, *sorted(parts, key=idf, reverse=True)] if t in text][:1]
+            for term in present:
+                tf = text.count(term)
+                score += min(idf(term), idf(word)) * tf * (BM25_K1 + 1) / (tf + norm)
+        out.append(score / ceiling if ceiling else 0.0)
+    return out
+
+
+def scored_content(doc: dict) -> str:
+    """What a scorer reads of a chunk: its product's name counts as part of it, as in its embedded
+    text, so a chunk does not lose the words of a question naming its product because its heading
+    path omits them. Web results are scored as they are."""
+    if doc.get("source", "local") != "local":
+        return doc["content"]
+    return f"{doc.get('item_name') or ''}\n{doc['content']}"
 
 
 class Reranker:
@@ -67,7 +130,7 @@ class Reranker:
 
 
 class OfflineReranker(Reranker):
-    name = "offline:use-m3+lexical"
+    name = "offline:lexical"
 
     def __init__(self, settings: Settings):
         self._settings = settings
@@ -75,22 +138,11 @@ class OfflineReranker(Reranker):
     def score(self, query: str, docs: list[dict]) -> list[float]:
         if not docs:
             return []
-        embedder = get_embedder(self._settings)
-        qv = np.asarray(embedder.embed_query(query)["dense"], dtype=np.float32)
-        missing = [i for i, d in enumerate(docs) if not d.get("dense")]
-        fresh = embedder.embed([docs[i]["content"] for i in missing]) if missing else []
-        vectors = {i: v["dense"] for i, v in zip(missing, fresh)}
         terms = query_terms(query)
-        scores = []
-        for i, doc in enumerate(docs):
-            dv = np.asarray(vectors.get(i, doc.get("dense")), dtype=np.float32)
-            cos = float(dv @ qv)
-            semantic = min(1.0, max(0.0, (cos - 0.15) / 0.5))
-            # The product name counts as part of every chunk, as in the embedded text: a chunk does
-            # not lose terms of a question naming its product because its heading path omits it.
-            text = f"{doc.get('item_name') or ''}\n{doc['content']}"
-            scores.append(round(0.4 * semantic + 0.6 * coverage(terms, text), 4))
-        return scores
+        contents = [scored_content(d) for d in docs]
+        bm25 = pool_bm25(terms, contents)
+        return [round((coverage(terms, c) + best_sentence_coverage(terms, c) + b) / 3, 4)
+                for c, b in zip(contents, bm25)]
 
 
 class FlagRerankerScorer(Reranker):
@@ -109,7 +161,7 @@ class FlagRerankerScorer(Reranker):
     def score(self, query: str, docs: list[dict]) -> list[float]:
         if not docs:
             return []
-        pairs = [[query, d["content"]] for d in docs]  # query first: reversed pairs score wrong
+        pairs = [[query, scored_content(d)] for d in docs]  # query first: reversed pairs score wrong
         with self._lock:
             raw = self._model.compute_score(pairs, normalize=False)
         raw = [raw] if isinstance(raw, (int, float)) else list(raw)
@@ -129,7 +181,7 @@ class HttpReranker(Reranker):
     def score(self, query: str, docs: list[dict]) -> list[float]:
         if not docs:
             return []
-        texts = [d["content"] for d in docs]
+        texts = [scored_content(d) for d in docs]
         data = post_json(self._url, {"model": self._model, "query": query, "texts": texts, "documents": texts,
                                      "raw_scores": False, "truncate": True, "return_documents": False},
                          what="精排服务", setting="RERANK_TIMEOUT_S", timeout_s=self._timeout, api_key=self._key,

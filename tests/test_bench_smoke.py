@@ -20,7 +20,7 @@ from conftest import CORPUS, ROOT
 from bench.common import (
     BenchError, StackSampler, first_relevant_rank, isolated_data_dir, percentiles, rank_metrics,
 )
-from bench.retrieval import load_qa, main as retrieval_main, naive_chunks, run as retrieval_run
+from bench.retrieval import SYSTEMS, fail_lines, load_qa, main as retrieval_main, naive_chunks, part_summary, run as retrieval_run
 from bench.speed import build_long_pdf, main as speed_main, synthetic_name
 from graphs.query.product_match import rank_products
 from services.settings import get_settings
@@ -59,16 +59,25 @@ def retrieval_smoke(smoke_qa, tmp_path_factory):
 def test_retrieval_smoke_writes_reports_and_beats_naive_baseline(retrieval_smoke):
     proc, out, seconds = retrieval_smoke
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "检索评测" in proc.stdout and "基线1" in proc.stdout  # the headline table is printed
+    assert "检索评测 smoke" in proc.stdout and "基线1" in proc.stdout  # the headline table is printed
     for name in ("report.md", "report.json", "per_question.jsonl"):
         assert (out / name).stat().st_size > 0, name
-    assert (out / "retrieval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert (out / "retrieval-smoke.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    full = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    report = full["sets"]["smoke"]
     records = [json.loads(line) for line in (out / "per_question.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["id"] for r in records] == SMOKE_IDS and report["skipped"] == [NOT_IMPORTED_ID]
-    assert {Path(d["file"]).stem for d in report["docs"]} == {"duo", "duo256m", "duos"}
+    assert {Path(d["file"]).stem for d in full["docs"]} == {"duo", "duo256m", "duos"}
     systems = report["summary"]["retrieval"]["systems"]
     assert report["summary"]["retrieval"]["questions"] == 8  # the confirm questions carry evidence
+    # Held and calibration halves: 4 + 4 questions with evidence, and the invariant line for the held one.
+    parts = report["summary"]["parts"]
+    assert parts["held"]["questions"] == parts["calibration"]["questions"] == 4
+    assert {r["part"] for r in records} == {"held", "calibration"}
+    held = parts["held"]
+    verdict = "FAIL smoke（留出集）" if held["fails"] else "OK smoke（留出集）"
+    assert verdict in proc.stdout and 0.0 <= held["answer_at_evidence"] <= 1.0
+    assert held["best_single"]["hit@5"] == max(held["systems"][k]["hit@5"] for k in ("dense", "bm25", "hybrid", "recall"))
     pipe, naive = systems["pipeline"], systems["naive_dense"]
     assert pipe["mrr@10"] >= naive["mrr@10"] and pipe["hit@5"] >= naive["hit@5"], (pipe, naive)
     # The recomputed full rerank order agrees with what node_rerank kept.
@@ -117,6 +126,29 @@ def test_relevance_ignores_case_and_whitespace_and_needs_every_evidence():
     assert first_relevant_rank(contents, ["XGPIOC[24]", "ADC2(1.8V)"]) == 3
     assert first_relevant_rank(contents, ["XGPIOC[24]", "ADC2(1.8V)"], k=2) is None
     assert first_relevant_rank(contents, []) is None
+
+
+def test_a_held_half_below_its_best_single_retriever_prints_fail():
+    def record(pipeline, bm25, answer):
+        ranks = {k: None for k in SYSTEMS} | {"pipeline": pipeline, "bm25": bm25}
+        return {"ranks": ranks, "answer_has_evidence": answer, "decision_ok": True}
+
+    held = part_summary([record(2, 1, True), record(1, 1, False), record(None, 3, True)])
+    assert held["best_single"] == {"hit@5": 1.0, "mrr@10": round((1 + 1 + 1 / 3) / 3, 4)}
+    assert held["fails"] == ["hit@5", "mrr@10"] and held["answer_at_evidence"] == round(2 / 3, 4)
+    lines = fail_lines("集甲", {"parts": {"held": held}})
+    assert lines[0].startswith("FAIL 集甲（留出集）：完整流程 hit@5 0.667 低于最好的单一检索 1.000")
+    even = part_summary([record(1, 1, True), record(1, 2, True)])
+    assert even["fails"] == [] and fail_lines("集甲", {"parts": {"held": even}}) == []
+
+
+def test_halves_are_fixed_by_the_seed_and_disjoint():
+    from bench.common import calibration_half
+
+    ids = [f"q{i:02d}" for i in range(1, 21)]
+    half = calibration_half(ids)
+    assert len(half) == 10 and half == calibration_half(list(reversed(ids))) and half < set(ids)
+    assert calibration_half(ids, seed=11) != half
 
 
 def test_rank_metrics_and_percentiles():
@@ -210,7 +242,7 @@ def test_failed_import_stops_the_run_and_restores_the_data_dir(tmp_path):
     empty = tmp_path / "empty.md"
     empty.write_text("", encoding="utf-8")
     with pytest.raises(BenchError, match="有文档导入失败.*empty.md"):
-        retrieval_run([empty], QA_FILE, tmp_path / "out", data_dir=tmp_path / "data")
+        retrieval_run([empty], [QA_FILE], tmp_path / "out", data_dir=tmp_path / "data")
     assert get_settings().data_dir == before and os.environ["DATA_DIR"] == str(before)
 
 
@@ -220,7 +252,7 @@ def test_run_fails_when_no_question_is_about_the_imported_docs(tmp_path):
                               "docs": ["duo"]}, ensure_ascii=False) + "\n", encoding="utf-8")
     doc = CORPUS / "sipeed-mf" / "zh_CN" / "m01_mf1_v1_get_started.md"
     with pytest.raises(BenchError, match="没有一道题的文档"):
-        retrieval_run([doc], qa, tmp_path / "out", data_dir=tmp_path / "data")
+        retrieval_run([doc], [qa], tmp_path / "out", data_dir=tmp_path / "data")
 
 
 def test_data_dir_must_be_empty(tmp_path):

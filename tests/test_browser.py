@@ -188,7 +188,7 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
         await shot(page, "03-answer-with-picture")
         rerank = page.locator(NODE_STEPS).filter(has_text="精排")
         await rerank.get_by_role("button").first.click()  # open the collapsed step
-        await expect(rerank).to_contain_text("评分器：offline:use-m3+lexical")  # shown as written
+        await expect(rerank).to_contain_text("评分器：offline:lexical")  # shown as written
         await expect(rerank).to_contain_text("截断位置：第")
         await rerank.scroll_into_view_if_needed()
         await shot(page, "03b-rerank-step")

@@ -105,7 +105,7 @@ def test_cli_json_prints_the_final_state_summary(own_kb):
     assert [r["score"] for r in out["rrf"]] == sorted((r["score"] for r in out["rrf"]), reverse=True)
     assert out["rerank"] and out["cutoff"] == len(out["rerank"]) <= len(out["rerank_scores"]) == len(out["rrf"])
     assert [r["score"] for r in out["rerank"]] == out["rerank_scores"][:out["cutoff"]]
-    assert out["rerank_scorer"] == "offline:use-m3+lexical"
+    assert out["rerank_scorer"] == "offline:lexical"
     assert {r["item_name"] for r in out["rerank"]} == {KETTLE}
     assert out["image_urls"] and out["image_urls"][0].endswith("descale.png")
     assert set(out["node_seconds"]) == {"node_item_name_confirm", "node_plan", "node_search_embedding",

@@ -21,10 +21,10 @@ RECALL_KEYS = {
 }
 # Known misses of the lexical + evidence design (the bench numbers in the report count them):
 KNOWN_MISSES = {
-    "q01": "证据评估：去掉产品名后最相关切片的离线得分 0.33，低于校准阈值 0.37，答“没有找到”",
-    "q10": "证据评估：去掉产品名后最相关切片的离线得分 0.33，低于校准阈值 0.37，答“没有找到”",
-    "q37": "证据评估：去掉产品名后最相关切片的离线得分 0.13，低于校准阈值 0.37，答“没有找到”",
-    "q40": "证据评估：去掉产品名后最相关切片的离线得分 0.27，低于校准阈值 0.37，答“没有找到”",
+    "q01": "证据评估：去掉产品名后最相关切片的离线得分 0.389，低于校准阈值 0.395，答“没有找到”",
+    "q37": "证据评估：去掉产品名后最相关切片的离线得分 0.353，低于校准阈值 0.395，答“没有找到”",
+    "q40": "证据评估：去掉产品名后最相关切片的离线得分 0.248，低于校准阈值 0.395，答“没有找到”",
+    "q44": "“防住照片/视频骗”与手册的“可防护 屏幕图片/视频 攻击”字面重合少，最强切片只有 0.33，低于证据阈值，拒答",
     "q47": "两版 SKR 手册开头的整页切片都与“主板散热风扇”同样相关，证据分不出 V3.0",
     "q51": "旧版手册的商品名就是“MF1 模块”，问题写全了它的名字，于是直接确认",
     "q52": "同 q51：“MF1 人脸识别模块”完整命中旧版手册的商品名",
@@ -83,15 +83,14 @@ def test_branch_a_end_to_end(product_of):
     assert node_entry(result, "node_search_embedding_hyde")["status"] == "skipped"
     assert node_entry(result, "node_web_search_mcp")["status"] == "skipped"
     info = result["rerank_info"]
-    assert info["scorer"] == "offline:use-m3+lexical" and info["total"] == len(result["rrf"]) == 10
-    assert info["scores"] == sorted(info["scores"], reverse=True)
+    assert info["scorer"] == "offline:lexical" and info["total"] == len(result["rrf"]) >= 10
     assert len(result["sources"]) == info["cutoff"] and 3 <= info["cutoff"] <= 10
     assert [s["score"] for s in result["sources"]] == info["scores"][:info["cutoff"]]
     assert [s["index"] for s in result["sources"]] == list(range(1, info["cutoff"] + 1))
     assert all(s["source"] == "local" and s["item_name"] == duos and s["chunk_id"] for s in result["sources"])
-    # pictures: the manual's own, from the three quoted passages
+    # pictures: the manual's own, from the passages the answer quotes
     assert result["image_urls"] and all(u.startswith("/kb-files/") for u in result["image_urls"])
-    quoted = "".join(s["content"] for s in result["sources"][:3])
+    quoted = "".join(s["content"] for s in result["sources"] if f"**[{s['index']}] " in result["answer"])
     assert all(u in quoted for u in result["image_urls"])
     types = [e["type"] for e in events]
     assert types[0] == "node_start" and types.count("node_start") == types.count("node_end") == 9
@@ -165,8 +164,8 @@ def test_broken_reranker_keeps_rrf_order_and_the_answer_comes(env, tmp_path, pro
     result = ask("Duo S 的以太网口支持 PoE 吗？")
     info = result["rerank_info"]
     assert info["scorer"].startswith("reranker（失败，保留 RRF 顺序") and "模型目录不存在" in info["scorer"]
-    assert info["scores"] == [0.0] * 10 and info["cutoff"] == 10
-    assert [s["chunk_id"] for s in result["sources"]] == [r["chunk_id"] for r in result["rrf"]]
+    assert info["scores"] == [0.0] * len(result["rrf"]) and info["cutoff"] == min(10, len(result["rrf"]))
+    assert [s["chunk_id"] for s in result["sources"]] == [r["chunk_id"] for r in result["rrf"]][:len(result["sources"])]
     assert result["answer"].startswith("（未配置大语言模型")
     assert f"**[1] {result['sources'][0]['title']}**" in result["answer"]
     # the no-product path judges its evidence with the offline scorer instead
@@ -233,3 +232,32 @@ def test_empty_knowledge_base_refuses_with_an_upload_hint(env, tmp_path):
     result = ask("Duo S 的以太网口支持 PoE 吗？")
     assert (result["branch"], result["candidates"]) == ("refuse", [])
     assert result["answer"] == "抱歉，知识库里还没有任何说明书。请先上传产品的 PDF 或 Markdown 说明书，再来提问。"
+
+
+# Questions whose offline answer must hold the manual's words that answer them: a table row (q02),
+# a line of a PDF's parameter list (q32), a numbered list item of a PDF (q34), a Markdown sentence (q05).
+FACT_IDS = ["q02", "q05", "q32", "q34"]
+
+
+@pytest.mark.parametrize("qid", FACT_IDS)
+def test_offline_answer_quotes_the_fact_not_the_chunk_start(qid, product_of):
+    q = qa(qid)
+    result = ask(q["question"])
+    shown = norm(re.sub(r"(?m)^> ?", "", result["answer"]))
+    assert all(norm(e) in shown for e in q["evidence"]), result["answer"]
+    assert result["answer"].startswith("（未配置大语言模型") and "**[1] " in result["answer"]
+
+
+def test_no_cover_page_or_heading_only_chunk_is_ever_the_first_source(corpus_results):
+    from graphs.query.retrieval import is_thin
+
+    for q in qa_questions():
+        if q["expect"] != "confirm":
+            continue
+        result = ask(q["question"])
+        sources = [s for s in result["sources"] if s["source"] == "local"]
+        thin = [is_thin(s) for s in sources]
+        # every thin source comes after every source with text (the ordering rule itself is
+        # exercised on a built cover page in test_extractive)
+        assert thin == sorted(thin), (q["id"], [s["title"] for s in sources])
+        assert not thin or not thin[0]

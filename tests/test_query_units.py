@@ -1,7 +1,6 @@
 """The query graph's arithmetic and text handling, node by node, without the corpus."""
 from __future__ import annotations
 
-import logging
 import re
 from datetime import datetime
 
@@ -9,13 +8,15 @@ import pytest
 from pymilvus.client.search_result import Hit
 
 from graphs.query.nodes.answer_output import (
-    build_context, extractive_answer, format_source, image_urls, settled_part, shown_text,
+    build_context, format_source, image_urls, settled_part, shown_text,
 )
 from graphs.query.nodes.item_name_confirm import format_history
 from graphs.query.nodes.rerank import cliff_cutoff, merge_sources
-from graphs.query.nodes.rrf import hit_id, node_rrf, rrf_fuse
+from graphs.query.nodes.rrf import node_rrf
+from graphs.query.retrieval import rrf_fuse
 from services.chat_model import parse_json_reply
 from services.errors import LLMError
+from services.vector_store import hit_to_dict
 
 
 # --- RRF ---------------------------------------------------------------------------------------
@@ -61,36 +62,30 @@ class HitLike:
         self.id, self.entity = id, entity
 
 
-def test_hit_id_across_shapes():
-    assert hit_id(Hit({"chunk_id": 7, "distance": 0.9, "entity": {"content": "x"}}, pk_name="chunk_id")) == "7"
-    assert hit_id(Hit({"id": 8, "distance": 0.9, "entity": {"content": "x"}}, pk_name="id")) == "8"
-    assert hit_id(HitLike(9, {"content": "x"})) == "9"
-    assert hit_id(HitLike(None, {"chunk_id": 10})) == "10"
-    assert hit_id({"entity": {"chunk_id": 11, "content": "x"}, "distance": 0.5}) == "11"
-    assert hit_id({"chunk_id": "12"}) == "12"
-    assert hit_id({"pk": 13}) == "13"
-    assert hit_id({"id": 0}) == "0"  # a zero id is an id
-    assert hit_id({"content": "没有 id"}) is None
-    assert hit_id({"entity": {"content": "没有 id"}}) is None
-    assert hit_id(HitLike(None, None)) is None
-    assert hit_id({"chunk_id": ""}) is None
+def test_the_store_gives_every_client_hit_shape_one_chunk_id():
+    assert hit_to_dict(Hit({"chunk_id": 7, "distance": 0.9, "entity": {"content": "x"}}, pk_name="chunk_id"))["chunk_id"] == "7"
+    assert hit_to_dict(Hit({"id": 8, "distance": 0.9, "entity": {"content": "x"}}, pk_name="id"))["chunk_id"] == "8"
+    assert hit_to_dict(HitLike(9, {"content": "x"}))["chunk_id"] == "9"
+    assert hit_to_dict(HitLike(None, {"chunk_id": 10}))["chunk_id"] == "10"
+    assert hit_to_dict({"entity": {"chunk_id": 11, "content": "x"}, "distance": 0.5})["chunk_id"] == "11"
+    assert hit_to_dict({"pk": 13})["chunk_id"] == "13"
+    assert hit_to_dict({"id": 0})["chunk_id"] == "0"  # a zero id is an id
+    assert "chunk_id" not in hit_to_dict({"content": "没有 id"})
 
 
-def test_rrf_merges_the_same_chunk_in_different_shapes_and_skips_hits_without_id(caplog):
-    hyde = [{"entity": {"chunk_id": 5, "content": "嵌套", "title": "T5"}, "distance": 0.3},
-            {"content": "无 id"},
-            {"pk": 6, "content": "pk"}]
-    dense = [Hit({"chunk_id": 5, "distance": 0.8, "entity": {"content": "嵌套", "title": "T5"}}, pk_name="chunk_id"),
-             HitLike(6, {"content": "对象", "title": "T6"}),
-             {"id": 7, "content": "id"}]
-    with caplog.at_level(logging.WARNING, logger="query.node_rrf"):
-        fused = rrf_fuse([(dense, 1.0), (hyde, 1.0)])
-    assert [d["chunk_id"] for d in fused] == ["5", "6", "7"]
-    assert fused[0]["rrf_score"] == round(1 / 61 + 1 / 61, 6)
-    assert fused[1]["rrf_score"] == round(1 / 62 + 1 / 63, 6)  # the no-id hit still took rank 2
-    assert fused[0]["content"] == "嵌套" and fused[0]["title"] == "T5"
-    assert fused[1]["content"] == "对象"
-    assert "hit without id skipped" in caplog.text
+def test_rrf_merges_one_chunk_met_in_two_client_shapes():
+    dense = [hit_to_dict(Hit({"chunk_id": 5, "distance": 0.8, "entity": {"content": "嵌套", "title": "T5"}},
+                             pk_name="chunk_id")), hit_to_dict(HitLike(6, {"content": "对象"}))]
+    hyde = [hit_to_dict({"entity": {"chunk_id": 5, "content": "嵌套"}, "distance": 0.3})]
+    fused = rrf_fuse([(dense, 1.0), (hyde, 1.0)])
+    assert [d["chunk_id"] for d in fused] == ["5", "6"]
+    assert fused[0]["rrf_score"] == round(2 / 61, 6) and fused[0]["title"] == "T5"
+
+
+def test_a_list_of_weight_zero_only_appends_its_new_chunks():
+    fused = rrf_fuse([(flat("a", "b"), 1.0), (flat("c", "b", "d"), 0.0)])
+    assert [d["chunk_id"] for d in fused] == ["a", "b", "c", "d"]
+    assert [d["rrf_score"] for d in fused][2:] == [0.0, 0.0]
 
 
 # --- rerank cut-off -------------------------------------------------------------------------------
@@ -228,18 +223,6 @@ def test_every_prefix_shows_a_prefix_of_the_final_answer():
     assert final == "主控是 STM32 [1]。见 ，另见 https://cdn.example/pin.png 与"
     for k in range(len(text) + 1):
         assert final.startswith(shown_text(settled_part(text[:k]), ALLOWED)), text[:k]
-
-
-def test_extractive_answer_quotes_top_local_sources_with_their_numbers():
-    docs = [{"source": "web", "title": "网页", "content": "网页摘要"},
-            {"source": "local", "title": "接口", "item_name": "产品甲", "content": "第一段\n\n\n![图](/kb-files/x.png)第二段"},
-            {"source": "local", "title": "供电", "item_name": "产品甲", "content": "电" * 500}]
-    answer, cited = extractive_answer(docs)
-    assert answer.startswith("（未配置大语言模型")
-    assert "**[2] 接口**（产品甲）\n> 第一段\n> 第二段" in answer and "![" not in answer
-    assert "**[3] 供电**" in answer and "电" * 400 + "……" in answer and "电" * 401 not in answer
-    assert "网页摘要" not in answer and cited == docs[1:]
-    assert extractive_answer([]) == ("（未配置大语言模型，以下是从说明书中直接摘录的相关内容。）\n\n没有找到相关内容。", [])
 
 
 # --- model replies and prompts ----------------------------------------------------------------------

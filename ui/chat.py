@@ -6,6 +6,7 @@ from chainlit.context import context
 from chainlit.input_widget import Switch
 from chainlit.utils import utc_now
 
+from graphs.query.contracts import FinalEvent, answer_of
 from graphs.query.product_match import rank_products
 from graphs.query.runner import astream_query
 from services.settings import get_settings
@@ -147,7 +148,8 @@ class AnswerView:
             step.end = utc_now()
             await step.update()
 
-    async def finish(self, final: dict) -> None:
+    async def finish(self, event: FinalEvent) -> None:
+        final = answer_of(event)
         message = self.message = self.message or cl.Message(content="", parent_id=self.parent_id)
         parts = [final.get("answer") or ""]
         elements: list = []

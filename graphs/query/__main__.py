@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 
+from graphs.query.contracts import answer_of
 from graphs.query.runner import run_query
 
 
@@ -14,19 +15,20 @@ def summary(result: dict) -> dict:
     if result.get("type") == "error":
         return {"status": "failed", "session_id": result.get("session_id"), "error": result["error"],
                 "node": result.get("node", "")}
+    final = answer_of(result)
     info = result.get("rerank_info") or {}
     rerank = [{k: s[k] for k in ("index", "source", "chunk_id", "title", "item_name", "url", "score")}
-              for s in result.get("sources") or []]
+              for s in final["sources"]]
     return {
-        "status": result["status"], "session_id": result["session_id"], "branch": result.get("branch"),
-        "original_query": result.get("original_query"), "rewritten_query": result.get("rewritten_query"),
-        "item_names": result.get("item_names") or [], "candidates": result.get("candidates") or [],
-        "decision": result.get("decision"), "answer": result.get("answer"),
+        "status": final["status"], "session_id": final["session_id"], "branch": final["branch"],
+        "original_query": final["original_query"], "rewritten_query": result.get("rewritten_query"),
+        "item_names": final["item_names"], "candidates": final["candidates"],
+        "decision": result.get("decision"), "answer": final["answer"],
         "rrf": result.get("rrf") or [], "rerank": rerank, "rerank_scorer": info.get("scorer"),
         "rerank_scores": info.get("scores") or [], "cutoff": info.get("cutoff"),
         "plan": result.get("plan"), "sub_questions": result.get("sub_questions") or [],
         "grade": result.get("grade"), "rewrite": result.get("rewrite"), "sources": rerank,
-        "image_urls": result.get("image_urls") or [], "warnings": result.get("warnings") or [],
+        "image_urls": final["image_urls"], "warnings": final["warnings"],
         "node_seconds": {e["node"]: e["seconds"] for e in result.get("node_log") or []},
         "node_status": {e["node"]: {"status": e["status"], "summary": e["summary"]}
                         for e in result.get("node_log") or []},
@@ -42,19 +44,20 @@ def print_delta(event: dict) -> None:
 
 def print_tail(result: dict) -> None:
     """After the streamed answer: what to choose from, the sources, the pictures."""
-    if result.get("branch") == "ask":
-        print("\n\n可选产品：" + "、".join(result.get("candidates") or []))
-    sources = result.get("sources") or []
+    result = answer_of(result)
+    if result["branch"] == "ask":
+        print("\n\n可选产品：" + "、".join(result["candidates"]))
+    sources = result["sources"]
     if sources:
         print("\n\n来源：")
         for s in sources:
             where = s["url"] if s["source"] == "web" else f"{s['item_name']} · {s['file_title']}"
             print(f"[{s['index']}] {s['title']}（{where}）相关度 {s['score']:.4f}")
-    if result.get("image_urls"):
+    if result["image_urls"]:
         print("\n图片：")
         for url in result["image_urls"]:
             print(url)
-    for warning in result.get("warnings") or []:
+    for warning in result["warnings"]:
         print(f"\n⚠️ {warning}")
     print()
 

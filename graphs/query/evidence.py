@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 
+from graphs.query.calibration import calibration
 from graphs.query.nodes.rerank import cliff_cutoff
 from graphs.query.product_match import normalize, rank_products
+from graphs.query.retrieval import rerank_order
 from services.chat_model import get_chat_model, invoke_text, parse_json_reply
 from services.prompts import load_prompt
 from services.reranker import OfflineReranker, get_reranker
@@ -20,36 +22,30 @@ log = logging.getLogger("query.evidence")
 ROUTES = ("answer", "rewrite", "clarify", "no_knowledge")
 BOOL_FIELDS = ("relevant", "answerable", "ambiguous")
 TEXT_FIELDS = ("reason", "missing", "follow_up")
-# Best passage score (question without its product names) from which the offline rule answers.
-# Chosen by `python -m bench.grading` on the calibration half of bench/data/qa_corpus.jsonl
-# (fixed-seed split; the reported half never used): the best Youden's J between answerable
-# questions and questions asked of another family's manual (J 0.75), halfway between the two scores
-# around it (0.3688), rounded. Other scorers' scales differ: for a sigmoid of a logit 0.5 is a zero logit.
-ANSWER_THRESHOLDS = {"offline:use-m3+lexical": 0.37}
-DEFAULT_ANSWER_THRESHOLD = 0.5
 GRADE_PASSAGES = 6
 GRADE_PASSAGE_CHARS = 600
 
 
 def answer_threshold(scorer: str) -> float:
-    return ANSWER_THRESHOLDS.get(scorer, DEFAULT_ANSWER_THRESHOLD)
+    """The calibrated threshold on the scale of the scorer that ran (the offline scorer stands in
+    for a failed cross-encoder)."""
+    return calibration(scorer=scorer).answer_threshold
 
 
-def rank_and_cut(question: str, hits: list[dict]) -> tuple[list[dict], dict]:
-    """Hits scored against the question, best first, cut at the first cliff (as node_rerank cuts)."""
-    scorer = "reranker"
+def rank_and_cut(question: str, hits: list[dict], item_names: list[str]) -> tuple[list[dict], dict]:
+    """Hits in node_rerank's order (scorer fused with the recall order), cut at the first cliff."""
+    cal = calibration()
     try:
-        reranker = get_reranker()
-        scorer = reranker.name
-        scored = sorted(zip(reranker.score(question, hits), hits), key=lambda p: -p[0])
+        ranked, scorer = rerank_order(question, hits, item_names, cal)
+        keep = cliff_cutoff(sorted((s for s, _ in ranked), reverse=True), *cal.cliff)
     except Exception as exc:  # a broken scorer keeps the search order: weak evidence, not no answer
         log.warning("scoring failed, keeping search order: %s", exc)
-        scorer = f"{scorer}（失败：{exc}）"
-        scored = [(0.0, h) for h in hits]
-    keep = cliff_cutoff([s for s, _ in scored])
-    kept = [{**{k: v for k, v in h.items() if k != "dense"}, "score": float(s)} for s, h in scored[:keep]]
-    return kept, {"scorer": scorer, "cutoff": keep, "total": len(scored),
-                  "scores": [round(float(s), 4) for s, _ in scored]}
+        scorer = f"reranker（失败：{exc}）"
+        ranked = [(0.0, h) for h in hits]
+        keep = min(len(hits), cal.cliff[1])
+    kept = [{**h, "score": float(s)} for s, h in ranked[:keep]]
+    return kept, {"scorer": scorer, "cutoff": keep, "total": len(ranked),
+                  "scores": [round(float(s), 4) for s, _ in ranked]}
 
 
 def strip_products(question: str, item_names: list[str]) -> str:
@@ -63,13 +59,9 @@ def strip_products(question: str, item_names: list[str]) -> str:
     return " ".join(text.split()) or question
 
 
-def topic_scores(question: str, item_names: list[str], docs: list[dict],
-                 pool: list[dict]) -> tuple[list[float] | None, str]:
+def topic_scores(question: str, item_names: list[str], docs: list[dict]) -> tuple[list[float] | None, str]:
     """(scores of the docs against the question without its products, the scorer's name); None when
-    no scorer works. `pool` lends the dense vectors search already returned, so the offline scorer
-    embeds no passage twice."""
-    vectors = {d.get("chunk_id"): d["dense"] for d in pool if d.get("dense") and d.get("chunk_id")}
-    docs = [{**d, "dense": d.get("dense") or vectors.get(d.get("chunk_id"))} for d in docs]
+    no scorer works."""
     text = strip_products(question, item_names)
     try:
         reranker = get_reranker()
@@ -99,7 +91,7 @@ def offline_grade(top: float, scorer: str) -> dict:
     answerable = top >= threshold
     return {"relevant": True, "answerable": answerable, "ambiguous": False, "confidence": round(top, 4),
             "route": "answer" if answerable else "rewrite",
-            "reason": f"最相关资料得分 {top:.2f}，{'达到' if answerable else '低于'}作答阈值 {threshold:.2f}",
+            "reason": f"最相关资料得分 {top:.3f}，{'达到' if answerable else '低于'}作答阈值 {threshold:.3f}",
             "missing": "", "follow_up": "", "method": "offline"}
 
 
@@ -153,9 +145,9 @@ def resolve_route(grade: dict, has_evidence: bool, *, sub_question: bool, rewrit
     return route
 
 
-def grade_evidence(question: str, item_names: list[str], docs: list[dict], pool: list[dict], *,
+def grade_evidence(question: str, item_names: list[str], docs: list[dict], *,
                    sub_question: bool = False, rewrites_left: int = 0) -> dict:
-    scores, scorer = topic_scores(question, item_names, docs, pool) if docs else ([], "")
+    scores, scorer = topic_scores(question, item_names, docs) if docs else ([], "")
     top = max(scores or [], default=0.0)
     if not docs:
         grade = {"relevant": False, "answerable": False, "ambiguous": False, "confidence": 0.0,

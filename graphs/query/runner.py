@@ -1,6 +1,6 @@
 """Run the query graph and turn its stream into one event interface.
 
-Events (dicts with "type"): node_start / node_end / node_error / node_progress, delta, final, error.
+Events (`graphs.query.contracts`): node_start / node_end / node_error / node_progress, delta, final, error.
 The Chainlit app, the HTTP API and the CLI all consume `astream_query` / `run_query`.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ import time
 import uuid
 from typing import AsyncIterator, Callable
 
+from graphs.query.contracts import ErrorEvent, Event, FinalEvent
 from graphs.query.graph import build_query_graph
 from services.errors import ImportProcessError
 
@@ -29,7 +30,7 @@ def initial_state(query: str, session_id: str | None = None, product: str | None
     return state
 
 
-def final_event(state: dict, seconds: float) -> dict:
+def final_event(state: dict, seconds: float) -> FinalEvent:
     summary = {k: state.get(k) for k in SUMMARY_KEYS}
     summary["node_log"] = state.get("node_log") or []
     summary["done_list"] = [e["node"] for e in summary["node_log"]]
@@ -39,7 +40,7 @@ def final_event(state: dict, seconds: float) -> dict:
     return {"type": "final", "status": "completed", **summary}
 
 
-def error_event(exc: Exception, session_id: str) -> dict:
+def error_event(exc: Exception, session_id: str) -> ErrorEvent:
     if isinstance(exc, ImportProcessError):
         return {"type": "error", "error": exc.message, "node": exc.node or "", "session_id": session_id}
     log.exception("query crashed")  # never let one session's failure escape as a crash
@@ -47,7 +48,7 @@ def error_event(exc: Exception, session_id: str) -> dict:
 
 
 async def astream_query(query: str, *, session_id: str | None = None, product: str | None = None,
-                        options: dict | None = None) -> AsyncIterator[dict]:
+                        options: dict | None = None) -> AsyncIterator[Event]:
     """Progress and answer events, ending with one `final` or one `error` event."""
     state = initial_state(query, session_id, product, options)
     started = time.perf_counter()

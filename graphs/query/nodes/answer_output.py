@@ -13,6 +13,7 @@ import httpx
 import openai
 
 from graphs.base import emit, graph_node
+from graphs.query.extractive import extractive_answer
 from services.chat_model import get_chat_model, messages
 from services.errors import LLMError
 from services.history_store import get_history_store
@@ -28,9 +29,6 @@ URL_CHAR = r"[A-Za-z0-9\-._~:/?#@$&*+=%]"
 BARE_IMAGE_URL = re.compile(rf"https?://{URL_CHAR}+?\.(?:png|jpe?g|gif|webp|bmp|svg)(?:\?{URL_CHAR}*)?"
                             r"(?![A-Za-z0-9/_\-])", re.IGNORECASE)
 IMAGE_MARK = "【图片】"
-OFFLINE_NOTE = "（未配置大语言模型，以下是从说明书中直接摘录的相关内容。）"
-EXCERPT_CHARS = 400
-EXTRACTIVE_SOURCES = 3
 
 
 def image_urls(docs: list[dict]) -> list[str]:
@@ -102,21 +100,6 @@ def settled_part(text: str) -> str:
     return text
 
 
-def extractive_answer(docs: list[dict]) -> tuple[str, list[dict]]:
-    """Offline answer: the top local passages quoted with their source numbers; and those sources."""
-    quoted = [(i, d) for i, d in enumerate(docs, 1) if d.get("source", "local") == "local"][:EXTRACTIVE_SOURCES]
-    if not quoted:
-        return OFFLINE_NOTE + "\n\n没有找到相关内容。", []
-    lines = [OFFLINE_NOTE, ""]
-    for i, doc in quoted:
-        body = MD_IMAGE.sub("", doc.get("content", ""))
-        body = re.sub(r"\n{2,}", "\n", body).strip()
-        excerpt = body[:EXCERPT_CHARS] + ("……" if len(body) > EXCERPT_CHARS else "")
-        quoted_lines = "\n".join(f"> {line}" for line in excerpt.splitlines())
-        lines += [f"**[{i}] {doc.get('title', '')}**（{doc.get('item_name', '')}）", quoted_lines, ""]
-    return "\n".join(lines).rstrip(), [d for _, d in quoted]
-
-
 def stream_answer(prompt_user: str, allowed_urls: set[str]) -> str:
     """Stream the model's answer as deltas of what the user may see; return the shown answer."""
     llm = get_chat_model()
@@ -171,7 +154,7 @@ def node_answer_output(state: dict) -> dict:
     prompt = load_prompt("answer_user", context=context or "（无）", history=history,
                          item_names="、".join(state.get("item_names") or []), question=state["rewritten_query"])
     if get_chat_model() is None:
-        answer, cited = extractive_answer(docs)
+        answer, cited = extractive_answer(state["rewritten_query"], docs)
         urls = image_urls(cited)
         emit({"type": "delta", "delta": answer})
         how = "摘录式回答（未配置大模型）"

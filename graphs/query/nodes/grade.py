@@ -20,8 +20,7 @@ def node_grade(state: dict) -> dict:
     docs = state.get("reranked_docs") or []
     item_names = state.get("item_names") or []
     done = int(state.get("rewrite_count") or 0)
-    grade = grade_evidence(state["rewritten_query"], item_names, docs, state.get("rrf_chunks") or [],
-                           rewrites_left=MAX_REWRITES - done)
+    grade = grade_evidence(state["rewritten_query"], item_names, docs, rewrites_left=MAX_REWRITES - done)
     out: dict = {"grade": grade}
     first = state.get("first_evidence")
     if first:

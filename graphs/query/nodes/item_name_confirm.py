@@ -10,6 +10,7 @@ import re
 from datetime import datetime
 
 from graphs.base import graph_node
+from graphs.query.calibration import EVIDENCE_MARGIN, EVIDENCE_THRESHOLD
 from graphs.query.product_match import CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, rank_products
 from graphs.query.retrieval import search_chunks
 from services.chat_model import get_chat_model, invoke_text, parse_json_reply
@@ -26,9 +27,6 @@ log = logging.getLogger("query.node_item_name_confirm")
 HISTORY_LIMIT = 10
 MAX_CANDIDATES = 3
 MAX_QUERY_CHARS = 2000
-# Offline scorer relevance under which a chunk is no evidence (calibrated on bench/data QA).
-EVIDENCE_THRESHOLD = 0.40
-EVIDENCE_MARGIN = 0.08
 
 
 def format_history(history: list[dict]) -> str:
@@ -76,8 +74,7 @@ def vector_scores(names: list[str]) -> dict[str, float]:
 
 def evidence_products(query: str) -> tuple[list[str], list[dict]]:
     """A question naming no product: which products do its strong chunk matches belong to?"""
-    # Across all products rank fusion lets an exact term (BM25) surface past the dense majority.
-    hits = search_chunks(query, None, limit=10, ranker="rrf")
+    hits = search_chunks(query, None, limit=10)
     if not hits:
         return [], []
     try:

@@ -4,18 +4,15 @@ from __future__ import annotations
 import logging
 
 from graphs.base import graph_node
-from services.reranker import get_reranker
+from graphs.query.calibration import calibration
+from graphs.query.contracts import Hit
+from graphs.query.retrieval import rerank_order
 
 log = logging.getLogger("query.node_rerank")
 
-MIN_TOPK = 3
-MAX_TOPK = 10
-ABS_GAP = 0.5
-REL_GAP = 0.25
 
-
-def cliff_cutoff(scores: list[float], min_k: int = MIN_TOPK, max_k: int = MAX_TOPK,
-                 abs_gap: float = ABS_GAP, rel_gap: float = REL_GAP) -> int:
+def cliff_cutoff(scores: list[float], min_k: int = 3, max_k: int = 10, abs_gap: float = 0.5,
+                 rel_gap: float = 0.25) -> int:
     """How many to keep: cut after i+1 at the first big drop between positions min_k-1..max_k-2."""
     n = min(len(scores), max_k)
     for i in range(min_k - 1, n - 1):
@@ -25,36 +22,27 @@ def cliff_cutoff(scores: list[float], min_k: int = MIN_TOPK, max_k: int = MAX_TO
     return n
 
 
-def merge_sources(local: list[dict], web: list[dict]) -> list[dict]:
-    docs = [{**d, "source": "local"} for d in local]
+def merge_sources(local: list[Hit], web: list[dict]) -> list[Hit]:
+    docs: list[Hit] = [{**d, "source": "local"} for d in local]
     docs += [{"source": "web", "url": w.get("url", ""), "title": w.get("title", ""), "content": w.get("snippet") or w.get("content", "")}
              for w in web if (w.get("snippet") or w.get("content"))]
     return docs
 
 
-def scored_text(doc: dict) -> dict:
-    """A local chunk as scored: its product's name counts as part of it, as in its embedded text,
-    so a question naming the product favours no chunk for happening to repeat the name."""
-    if doc["source"] != "local":
-        return doc
-    return {**doc, "content": f"{doc.get('item_name') or ''}\n{doc.get('content') or ''}"}
-
-
 @graph_node("query", "node_rerank", "精排")
 def node_rerank(state: dict) -> dict:
+    cal = calibration()
     docs = merge_sources(state.get("rrf_chunks") or [], state.get("web_search_docs") or [])
-    scorer = "reranker"
     try:  # loading the model is part of scoring: a bad model folder fails here too
-        reranker = get_reranker()
-        scorer = reranker.name
-        scores = reranker.score(state["rewritten_query"], [scored_text(d) for d in docs])
-        ranked = sorted(zip(scores, docs), key=lambda p: -p[0])
+        ranked, scorer = rerank_order(state["rewritten_query"], docs, state.get("item_names"), cal)
+        # How many are relevant comes from the scores; which ones, from the fused order.
+        keep = cliff_cutoff(sorted((s for s, _ in ranked), reverse=True), *cal.cliff)
     except Exception as exc:  # a broken scorer degrades to the fused order, never to no answer
         log.warning("reranker failed, keeping RRF order: %s", exc)
-        scorer = f"{scorer}（失败，保留 RRF 顺序：{exc}）"
+        scorer = f"reranker（失败，保留 RRF 顺序：{exc}）"
         ranked = [(0.0, d) for d in docs]
-    keep = cliff_cutoff([s for s, _ in ranked])
-    kept = [{**{k: v for k, v in d.items() if k != "dense"}, "score": float(s)} for s, d in ranked[:keep]]
+        keep = min(len(docs), cal.cliff[1])
+    kept = [{**d, "score": float(s)} for s, d in ranked[:keep]]
     info = {"scorer": scorer, "cutoff": keep, "total": len(ranked),
             "scores": [round(float(s), 4) for s, _ in ranked]}
     detail = [{"title": d.get("title", ""), "item_name": d.get("item_name", ""), "source": d["source"],

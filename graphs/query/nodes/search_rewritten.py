@@ -13,6 +13,6 @@ from graphs.query.retrieval import brief, search_chunks
 @graph_node("query", "node_search_rewritten", "改写后检索")
 def node_search_rewritten(state: dict) -> dict:
     hits = search_chunks(state["rewrite"]["query"], state.get("item_names") or [])
-    kept, info = rank_and_cut(state["rewritten_query"], hits)
+    kept, info = rank_and_cut(state["rewritten_query"], hits, state.get("item_names") or [])
     return {"reranked_docs": kept, "rerank_info": info,
             "_summary": f"召回 {len(hits)} 个切片，保留前 {len(kept)} 个", "_detail": brief(kept)}

@@ -17,8 +17,8 @@ def node_sub_question(state: dict) -> dict:
              "item_names": sub["item_names"]}
     emit({**event, "phase": "start"})
     hits = search_chunks(sub["question"], sub["item_names"])
-    kept, info = rank_and_cut(sub["question"], hits)
-    grade = grade_evidence(sub["question"], sub["item_names"], kept, hits, sub_question=True)
+    kept, info = rank_and_cut(sub["question"], hits, sub["item_names"])
+    grade = grade_evidence(sub["question"], sub["item_names"], kept, sub_question=True)
     found = grade["route"] == "answer"
     summary = (f"{'找到资料' if found else '资料不足'}：保留 {len(kept)} 个切片，置信度 {grade['confidence']:.2f}")
     emit({**event, "phase": "end", "summary": summary, "grade": grade, "hits": brief(kept)})

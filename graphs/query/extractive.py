@@ -1,0 +1,188 @@
+"""The answer without a chat model: the sentences of the top sources that answer the question.
+
+A source is cut into units: a sentence, a numbered or bulleted list or a code block (kept whole), a
+table row (shown under its table's header); a unit ending in a colon brings the one it announces. Units are scored by the share of the question's vocabulary they hold;
+the best unit of each quoted source is shown with its neighbours, the source named above it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from graphs.query.retrieval import is_thin
+from services.reranker import coverage, query_terms, sentences, squashed
+
+OFFLINE_NOTE = "（未配置大语言模型，以下是从说明书中直接摘录的相关内容。）"
+NOTHING_FOUND = "没有找到相关内容。"
+# Chosen on the calibration halves of the QA sets (answer@evidence, bench.retrieval): 2 neighbours
+# 0.917 / 0.800 against 1 neighbour 0.917 / 0.733; 3, 4 or 5 sources and a further-source share of
+# 0.3 or 0.5 made no difference there (4 sources: the fact of a chunk ranked 4th can still show).
+SOURCES = 4
+NEIGHBOURS = 2           # units shown on each side of the best one
+MAX_UNITS = 5            # units quoted from one source
+MAX_UNIT_CHARS = 600     # a longer list or sentence is cut (with an ellipsis)
+MAX_SOURCE_CHARS = 700   # what one source may add to the answer
+# A further source is quoted only when its best unit holds at least this share of what the first
+# source's best unit holds (else it would add noise, not the fact).
+FURTHER_SOURCE_SHARE = 0.5
+MD_IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
+LIST_ITEM = re.compile(r"^\s*(\d+[.、)）]|[-*+•]\s|[（(]\d+[)）]|第[一二三四五六七八九十\d]+步)")
+TABLE_ROW = re.compile(r"^\s*\|")
+TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}")
+WORD = re.compile(r"[\w\u4e00-\u9fff]")
+FENCE = re.compile(r"^\s*(```|~~~)")
+INTRO_END = ("：", ":")  # "run this:" - the unit after it is what it announces
+
+
+@dataclass
+class Unit:
+    text: str
+    header: str = ""     # a table row's header rows
+    heading: str = ""    # the heading above it inside the chunk: says what the unit is about
+
+
+def units(content: str, title: str = "") -> list[Unit]:
+    """The content's units in order; headings (the heading-path prefix line included) and pictures
+    are left out. A line after a list item belongs to it until a blank line (Markdown's lazy
+    continuation, which is also how PDF text wraps)."""
+    lines = [MD_IMAGE.sub("", line).rstrip() for line in content.splitlines()]
+    first = lines[0].strip() if lines else ""
+    if first and title and title.strip().startswith(first.rstrip("…")):
+        lines = lines[1:]
+    out: list[Unit] = []
+    header: list[str] = []
+    listing: list[str] = []
+
+    heading = ""
+
+    def flush_list():
+        if listing:
+            out.append(Unit("\n".join(listing), heading=heading))
+            listing.clear()
+
+    fence: list[str] = []
+    for i, line in enumerate(lines):
+        if fence or FENCE.match(line):  # a code block is one unit, fences kept so that it shows as code
+            flush_list()
+            fence.append(line)
+            if len(fence) > 1 and FENCE.match(line):
+                out.append(Unit("\n".join(fence), heading=heading))
+                fence = []
+            continue
+        if line.lstrip().startswith("#"):
+            flush_list()
+            heading = line.strip().lstrip("#").strip()
+            continue
+        if not line.strip():
+            flush_list()
+            continue
+        if TABLE_ROW.match(line):
+            flush_list()
+            rule_next = i + 1 < len(lines) and TABLE_RULE.match(lines[i + 1])
+            if rule_next or TABLE_RULE.match(line):
+                header = header + [line] if TABLE_RULE.match(line) else [line]
+                continue
+            out.append(Unit(line, "\n".join(header), heading))
+            continue
+        header = []
+        if LIST_ITEM.match(line) or listing:
+            listing.append(line)
+            continue
+        out += [Unit(s.strip(), heading=heading) for s in sentences(line) if WORD.search(s)]
+    flush_list()
+    if fence:
+        out.append(Unit("\n".join(fence), heading=heading))
+    return out
+
+
+def focus(terms: list[str], text: str, limit: int) -> str:
+    """A long unit: its best line with the lines around it, within `limit` characters."""
+    if len(text) <= limit:
+        return text
+    lines = text.splitlines()
+    if FENCE.match(lines[0]):  # cut inside the fences, so that the code block stays closed
+        closing = lines[-1] if len(lines) > 1 and FENCE.match(lines[-1]) else lines[0].strip()[:3]
+        body = lines[1:-1] if closing == lines[-1] else lines[1:]
+        inner = focus(terms, "\n".join(body), limit - len(lines[0]) - len(closing) - 2) if body else ""
+        return f"{lines[0]}\n{inner}\n{closing}"
+    best = max(range(len(lines)), key=lambda i: (coverage(terms, lines[i]), -i))
+    lo = hi = best
+    while True:
+        grown = False
+        for j in (hi + 1, lo - 1):
+            if 0 <= j < len(lines) and sum(len(x) + 1 for x in lines[min(lo, j):max(hi, j) + 1]) <= limit:
+                lo, hi, grown = min(lo, j), max(hi, j), True
+        if not grown:
+            break
+    shown = "\n".join(lines[lo:hi + 1])
+    return shown[:limit] + ("……" if hi < len(lines) - 1 or len(shown) > limit else "")
+
+
+def excerpt(terms: list[str], doc: dict) -> tuple[float, str]:
+    """(how much of the question the heading and the best unit hold, quoted text): the best unit
+    with its neighbours, and the other units scoring nearly as well, in document order; a table row
+    under its table's header."""
+    found = units(doc.get("content") or "", doc.get("title") or "")
+    if not found:
+        return 0.0, ""
+    # The product's name is in every chunk of its manual, the heading path in every sentence of this
+    # one: their words tell no sentence apart (but the heading says how relevant the chunk is).
+    name, title = squashed(doc.get("item_name") or ""), doc.get("title") or ""
+    topic = [t for t in terms if t.replace(" ", "") not in name] or terms
+    inner = [t for t in topic if t.replace(" ", "") not in squashed(title)] or topic
+    scores = [coverage(inner, f"{u.heading}\n{u.text}") for u in found]
+    best = max(range(len(found)), key=lambda i: (scores[i], -i))
+    chosen = set(range(max(0, best - NEIGHBOURS), best + NEIGHBOURS + 1)) & set(range(len(found)))
+    for i in sorted(range(len(found)), key=lambda i: -scores[i]):
+        if len(chosen) >= MAX_UNITS or scores[i] < FURTHER_SOURCE_SHARE * scores[best] or not scores[i]:
+            break
+        chosen.add(i)
+    announced = best + 1 if best + 1 < len(found) and found[best].text.endswith(INTRO_END) else best
+    chosen |= {i + 1 for i in chosen if i + 1 < len(found) and found[i].text.endswith(INTRO_END)}
+    texts = {i: focus(inner, found[i].text, MAX_UNIT_CHARS) for i in chosen}
+    used = 0
+    # the best unit and what it announces first, then the nearest
+    for i in sorted(chosen, key=lambda i: (i not in (best, announced), abs(i - best))):
+        if i not in (best, announced) and used + len(texts[i]) > MAX_SOURCE_CHARS:
+            del texts[i]
+            continue
+        used += len(texts[i])
+    parts, shown_header, last = [], "", None
+    for i in sorted(texts):
+        unit = found[i]
+        if last is not None and i > last + 1:
+            parts.append("……")
+        text = texts[i]
+        if unit.header and unit.header != shown_header:
+            text = unit.header + "\n" + text
+        shown_header = unit.header
+        parts.append(text)
+        last = i
+    return coverage(topic, f"{title}\n{found[best].text}"), "\n".join(parts)
+
+
+def heading(i: int, doc: dict) -> str:
+    return f"**[{i}] {doc.get('title', '')}**（{doc.get('item_name', '')}）"
+
+
+def extractive_answer(question: str, docs: list[dict]) -> tuple[str, list[dict]]:
+    """Offline answer from the ranked sources (their [n] kept) and the sources it quotes."""
+    terms = query_terms(question)
+    local = [(i, d) for i, d in enumerate(docs, 1) if d.get("source", "local") == "local" and not is_thin(d)]
+    quoted: list[tuple[int, dict, str]] = []
+    first = None
+    for i, doc in local[:SOURCES]:
+        score, text = excerpt(terms, doc)
+        if not text:
+            continue
+        if first is None:
+            first = score
+        elif score < FURTHER_SOURCE_SHARE * first:
+            continue
+        quoted.append((i, doc, text))
+    if not quoted:
+        return f"{OFFLINE_NOTE}\n\n{NOTHING_FOUND}", []
+    lines = [OFFLINE_NOTE, ""]
+    for i, doc, text in quoted:
+        lines += [heading(i, doc), "\n".join(f"> {line}" for line in text.splitlines()), ""]
+    return "\n".join(lines).rstrip(), [d for _, d, _ in quoted]
