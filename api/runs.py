@@ -83,8 +83,8 @@ class Channel:
             node = event["node"]
             if kind == "node_start":
                 self.running_list.append(node)
-            else:
-                self.running_list = [n for n in self.running_list if n != node]
+            elif node in self.running_list:  # one run ended: a node fanned out in parallel may still run
+                self.running_list.remove(node)
             progress = {"node": node, "label": event.get("label", "")}
             if kind == "node_end":
                 self.done_list.append(node)

@@ -2,6 +2,8 @@
 relevance, metrics, extra Milvus collections, tables and charts."""
 from __future__ import annotations
 
+import argparse
+
 import collections
 import contextlib
 import os
@@ -92,6 +94,16 @@ def isolated_data_dir(path: str | Path | None = None, keep: bool = False, milvus
 def add_data_dir_options(parser) -> None:
     parser.add_argument("--data-dir", help="数据目录（须为空；默认用临时目录，结束后删除）")
     parser.add_argument("--keep-data", action="store_true", help="保留临时数据目录")
+
+
+def docs_qa_args(prog: str, description: str, argv: list[str] | None = None):
+    """The options of a benchmark over imported documents and a QA set: --docs, --qa, --out, data dir."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--docs", nargs="+", required=True, help="要导入的文档或文件夹")
+    parser.add_argument("--qa", default=str(QA_FILE), help="问答集 JSONL（默认 bench/data/qa_corpus.jsonl）")
+    parser.add_argument("--out", required=True, help="报告输出目录")
+    add_data_dir_options(parser)
+    return parser.parse_args(argv)
 
 
 def run_cli(call, what: str) -> int:

@@ -17,8 +17,10 @@ from conftest import auth_header
 from fakes._http import UvicornThread
 from fakes.openai_server import ScriptedOpenAI
 
-# How the query graph's three model calls are told apart (their prompts).
-REWRITE, HYDE, ANSWER = "只输出 JSON", "不超过300字", "掌柜智库"
+# How the query graph's model calls are told apart (their prompts).
+REWRITE, HYDE, ANSWER, GRADE = "只输出 JSON", "不超过300字", "掌柜智库", "证据评估员"
+GRADE_ANSWER = ('{"relevant": true, "answerable": true, "ambiguous": false, "confidence": 0.9, "route": "answer", '
+                '"reason": "资料给出了答案", "missing": "", "follow_up": ""}')
 QUESTION_MARK = "【用户问题】"
 
 
@@ -71,7 +73,7 @@ def question_of(body: dict) -> str:
 @pytest.fixture()
 def model(env):
     """model(answer, **rule) -> a ScriptedOpenAI the app now uses: the rewrite keeps the question,
-    HyDE writes a fixed passage, the answer is `answer` (text or callable(body)) with `rule`
+    HyDE writes a fixed passage, the grader says answer, the answer is `answer` (text or callable(body)) with `rule`
     behaviour (delay_s, drop_after_chars, ...)."""
     servers: list[ScriptedOpenAI] = []
 
@@ -81,6 +83,7 @@ def model(env):
         servers.append(llm)
         llm.add_rule(REWRITE, '{"item_names": [], "rewritten_query": ""}')
         llm.add_rule(HYDE, "这是一段假设的说明书内容，用于检索。")
+        llm.add_rule(GRADE, GRADE_ANSWER)
         llm.add_rule(ANSWER, answer, **rule)
         env(OPENAI_API_KEY="test-key", OPENAI_API_BASE=llm.base_url)
         return llm

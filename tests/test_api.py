@@ -24,8 +24,8 @@ from services.settings import get_settings
 from services.task_store import TaskStore
 
 DUO_MD, DUOS_MD = CORPUS_DOCS[0], CORPUS_DOCS[2]
-ALL_NODES = {"node_item_name_confirm", "node_search_embedding", "node_search_embedding_hyde", "node_web_search_mcp",
-             "node_rrf", "node_rerank", "node_answer_output"}
+ALL_NODES = {"node_item_name_confirm", "node_plan", "node_search_embedding", "node_search_embedding_hyde",
+             "node_web_search_mcp", "node_rrf", "node_rerank", "node_grade", "node_answer_output"}
 
 
 @pytest.fixture(autouse=True)
@@ -105,9 +105,23 @@ def test_health_says_whether_the_chat_model_answers(api, model, env):
 
 # --- query, stream, history --------------------------------------------------------------------------
 
+def test_a_comparison_streams_each_sub_question_and_its_sources(api, product_of):
+    v2, v3 = product_of["BTT SKR MINI E3 V2.0使用手册"], product_of["BTT SKR MINI E3 V3.0使用手册"]
+    _, events = ask_stream(api, "SKR MINI E3 V2.0 和 V3.0 的主控芯片有什么区别？")
+    progress = [e.data for e in events if e.name == "progress"]
+    subs = [p for p in progress if p["node"] == "node_sub_question" and "status" in p]
+    assert len(subs) == 2 and {p["detail"]["question"].split(" 的")[0] for p in subs} == {v2, v3}
+    first_end = progress.index(subs[0])
+    assert "node_sub_question" in progress[first_end]["running_list"]  # the other one still runs
+    assert "node_sub_question" not in progress[progress.index(subs[1])]["running_list"]
+    final = events[-1].data
+    assert events[-1].name == "final" and {s["item_name"] for s in final["sources"]} == {v2, v3}
+
+
 def test_query_without_stream_returns_the_answer_and_history_keeps_it(api, product_of):
     duo = product_of["duo"]
-    reply = api.post("/api/query", json={"query": f"{duo} 的 CPU 是什么型号？"})
+    # worded as the manual words it ("芯片"): offline, evidence grading declines what no passage covers
+    reply = api.post("/api/query", json={"query": f"{duo} 用的是什么芯片？"})
     assert reply.status_code == 200, reply.text
     body = reply.json()
     assert body["status"] == "completed"

@@ -41,7 +41,7 @@ from ui.data_layer import HistoryDataLayer
 
 DUO, DUO256M, DUOS = CORPUS_DOCS[0], CORPUS_DOCS[1], CORPUS_DOCS[2]
 PICTURE = DUO.parent / "static" / "docs" / "duo" / "duo-v1.2.png"
-QUERY_LABELS = {"产品确认", "向量检索", "HyDE 检索", "联网搜索", "RRF 融合", "精排", "生成回答"}
+QUERY_LABELS = {"产品确认", "问题分析", "向量检索", "HyDE 检索", "联网搜索", "RRF 融合", "精排", "证据评估", "生成回答"}
 WAIT_S = 120
 
 
@@ -191,8 +191,8 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
     names = [st["name"] for st in steps]
     assert sorted(names) == sorted(QUERY_LABELS), names  # each node that ran, once
     assert {st["name"]: st["type"] for st in steps} == {
-        "产品确认": "tool", "向量检索": "retrieval", "HyDE 检索": "retrieval", "联网搜索": "tool",
-        "RRF 融合": "retrieval", "精排": "rerank", "生成回答": "llm"}
+        "产品确认": "tool", "问题分析": "tool", "向量检索": "retrieval", "HyDE 检索": "retrieval", "联网搜索": "tool",
+        "RRF 融合": "retrieval", "精排": "rerank", "证据评估": "tool", "生成回答": "llm"}
     run = next(st for st in s.steps().values() if st["name"] == "on_message")
     assert {st["parentId"] for st in steps} == {run["id"]}  # siblings, the three recalls included
     by_name = {st["name"]: st["output"] for st in steps}
@@ -205,6 +205,7 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
     assert headers["HyDE 检索"].startswith("HyDE 检索（已跳过：未配置大模型")
     assert headers["精排"] == "精排"  # a node that ran keeps its plain name
     assert "评分器" in by_name["精排"] and "截断位置：第" in by_name["精排"]
+    assert by_name["证据评估"].startswith("可以回答") and "评估方式：`offline`" in by_name["证据评估"]
     assert all(st.get("end") for st in steps)
 
     reply = answer_of(s)
@@ -256,6 +257,25 @@ async def test_model_answer_streams_token_by_token_with_web_sources(model, web, 
     for n in chips[:2]:
         payload = next(a["payload"] for a in s.actions("open_source") if a["label"].startswith(f"[{n}] "))
         assert f"[{n}][source=local][chunk_id={payload['chunk_id']}]" in prompt
+
+
+async def test_comparison_shows_each_sub_question_as_a_nested_step(product_of):
+    s = Session()
+    await s.start()
+    await s.send("SKR MINI E3 V2.0 和 V3.0 的主控芯片有什么区别？")
+    steps = list(s.steps().values())
+    fan_out = [st for st in steps if st["name"] == "子问题检索"]
+    assert len(fan_out) == 1 and fan_out[0].get("end")  # both parallel runs in one step, ended after the last
+    assert fan_out[0]["output"].count("子问题 ") == 2
+    subs = [st for st in steps if st["name"].startswith("子问题 ") and st["name"] != "子问题检索"]
+    assert sorted(st["name"][:5] for st in subs) == ["子问题 1", "子问题 2"]
+    assert all(st["parentId"] == fan_out[0]["id"] and st.get("end") and "置信度" in st["output"] for st in subs)
+    for stem, sub in zip(("BTT SKR MINI E3 V2.0使用手册", "BTT SKR MINI E3 V3.0使用手册"), sorted(subs, key=lambda st: st["name"])):
+        assert product_of[stem] in sub["name"]
+    synthesis = next(st for st in steps if st["name"] == "汇总子问题")
+    assert "2/2 个子问题有相关资料" in synthesis["output"]
+    reply = answer_of(s)
+    assert "**来源**：" in reply["output"] and "对照来源核实" in reply["output"]
 
 
 async def test_a_failing_node_is_marked_and_the_reply_says_so(product_of, monkeypatch):
@@ -416,7 +436,7 @@ async def test_ambiguous_question_buttons_pin_the_product(product_of):
     new_steps = s.node_steps()[before:]
     confirm = next(st for st in new_steps if st["name"] == "产品确认")["output"]
     assert f"已确认：{product_of['duos']}" in confirm and "判定方式：`pinned`" in confirm
-    assert len(new_steps) == 7
+    assert len(new_steps) == 9
     assert product_of["duos"] in answer_of(s)["output"]
     recent = get_history_store().recent(s.thread_id, 2)
     assert recent[-1]["item_names"] == [product_of["duos"]]
@@ -479,7 +499,7 @@ async def test_unsupported_too_big_and_empty_files_are_refused(own_data, tmp_pat
 async def test_import_then_question_and_rename(own_data, product_of):
     s = Session(replies=[{"output": "我的 Duo 开发板"}])
     await s.start()
-    await s.send("Duo256M 的 CPU 是什么？", [DUO256M])
+    await s.send("Duo256M 用的是什么处理器？", [DUO256M])  # the manual's own word: graded answerable offline
     progress = (await s.wait_imports(1))[0]
     assert progress["output"].startswith("✅ 《duo256m.md》导入完成")
     assert f"商品名：**{product_of['duo256m']}**" in progress["output"]
@@ -623,7 +643,7 @@ async def test_two_sessions_while_an_import_runs(own_data, product_of):
     assert all(d["threadId"] == a.thread_id for _, n, d in a.emitter.events if n in ("new_message", "update_message"))
     assert all(d["threadId"] == b.thread_id for _, n, d in b.emitter.events if n in ("new_message", "update_message"))
     assert f"已确认：{product_of['duos']}" in next(st["output"] for st in b.node_steps() if st["name"] == "产品确认")
-    assert len([st for st in b.node_steps()]) == 7
+    assert len([st for st in b.node_steps()]) == 9
 
 
 async def test_resumed_thread_answers_a_follow_up_with_it(product_of):

@@ -108,8 +108,11 @@ def test_cli_json_prints_the_final_state_summary(own_kb):
     assert out["rerank_scorer"] == "offline:lexical"
     assert {r["item_name"] for r in out["rerank"]} == {KETTLE}
     assert out["image_urls"] and out["image_urls"][0].endswith("descale.png")
-    assert set(out["node_seconds"]) == {"node_item_name_confirm", "node_search_embedding", "node_search_embedding_hyde",
-                                        "node_web_search_mcp", "node_rrf", "node_rerank", "node_answer_output"}
+    assert set(out["node_seconds"]) == {"node_item_name_confirm", "node_plan", "node_search_embedding",
+                                        "node_search_embedding_hyde", "node_web_search_mcp", "node_rrf", "node_rerank",
+                                        "node_grade", "node_answer_output"}
+    assert (out["grade"]["route"], out["sub_questions"], out["rewrite"]) == ("answer", [], None)
+    assert out["sources"] == out["rerank"]
     # switched off, but the reason given is the one that holds either way: no backend is configured
     assert out["node_status"]["node_web_search_mcp"] == {"status": "skipped", "summary": "未配置联网搜索"}
     assert all(isinstance(s, float) for s in out["node_seconds"].values()) and out["seconds"] > 0

@@ -21,6 +21,9 @@ RECALL_KEYS = {
 }
 # Known misses of the lexical + evidence design (the bench numbers in the report count them):
 KNOWN_MISSES = {
+    "q01": "证据评估：去掉产品名后最相关切片的离线得分 0.389，低于校准阈值 0.395，答“没有找到”",
+    "q37": "证据评估：去掉产品名后最相关切片的离线得分 0.353，低于校准阈值 0.395，答“没有找到”",
+    "q40": "证据评估：去掉产品名后最相关切片的离线得分 0.248，低于校准阈值 0.395，答“没有找到”",
     "q44": "“防住照片/视频骗”与手册的“可防护 屏幕图片/视频 攻击”字面重合少，最强切片只有 0.33，低于证据阈值，拒答",
     "q47": "两版 SKR 手册开头的整页切片都与“主板散热风扇”同样相关，证据分不出 V3.0",
     "q51": "旧版手册的商品名就是“MF1 模块”，问题写全了它的名字，于是直接确认",
@@ -74,8 +77,9 @@ def test_branch_a_end_to_end(product_of):
     assert result["answer"].startswith("（未配置大语言模型")
     assert "POE" in result["answer"] and "[1]" in result["answer"]
     done = result["done_list"]
-    assert done[0] == "node_item_name_confirm" and set(done[1:4]) == set(RECALL_KEYS)
-    assert done[4:] == ["node_rrf", "node_rerank", "node_answer_output"]
+    assert done[:2] == ["node_item_name_confirm", "node_plan"] and set(done[2:5]) == set(RECALL_KEYS)
+    assert done[5:] == ["node_rrf", "node_rerank", "node_grade", "node_answer_output"]
+    assert result["grade"]["route"] == "answer" and result["grade"]["method"] == "offline"
     assert node_entry(result, "node_search_embedding_hyde")["status"] == "skipped"
     assert node_entry(result, "node_web_search_mcp")["status"] == "skipped"
     info = result["rerank_info"]
@@ -89,7 +93,7 @@ def test_branch_a_end_to_end(product_of):
     quoted = "".join(s["content"] for s in result["sources"] if f"**[{s['index']}] " in result["answer"])
     assert all(u in quoted for u in result["image_urls"])
     types = [e["type"] for e in events]
-    assert types[0] == "node_start" and types.count("node_start") == types.count("node_end") == 7
+    assert types[0] == "node_start" and types.count("node_start") == types.count("node_end") == 9
 
 
 def test_branch_b_asks_with_structured_candidates(product_of):

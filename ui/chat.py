@@ -11,7 +11,7 @@ from graphs.query.product_match import rank_products
 from graphs.query.runner import astream_query
 from services.settings import get_settings
 from ui.background import drop_buttons, keep_buttons
-from ui.format import STEP_TYPES, sources_line, step_output
+from ui.format import STEP_TYPES, sources_line, step_output, sub_question_output
 from ui.sources import chip_payloads, source_actions
 
 CHOOSE_PRODUCT = "choose_product"
@@ -71,13 +71,19 @@ def typed_choice(text: str) -> tuple[str, str] | None:
 
 
 class AnswerView:
-    """One question's rendering: a step per node (siblings under the current run), a streamed reply."""
+    """One question's rendering: a step per node (siblings under the current run), a streamed reply.
+
+    A node fanned out in parallel (one run per sub-question) is one step; each sub-question is a
+    step nested in it."""
 
     def __init__(self, show_sources: bool):
         self.show_sources = show_sources
         current = context.current_step
         self.parent_id = current.id if current else None
         self.steps: dict[str, cl.Step] = {}
+        self.running: dict[str, int] = {}     # parallel runs of a node still going
+        self.outputs: dict[str, list[str]] = {}
+        self.sub_steps: dict[int, cl.Step] = {}
         self.message: cl.Message | None = None
         self.sent = False  # streamed tokens end with send(), a sent message changes with update()
 
@@ -91,21 +97,32 @@ class AnswerView:
     async def on_event(self, event: dict) -> None:
         kind = event["type"]
         if kind == "node_start":
-            step = cl.Step(name=event["label"], type=STEP_TYPES.get(event["node"], "tool"),
+            node = event["node"]
+            if self.running.get(node):
+                self.running[node] += 1
+                return
+            self.running[node], self.outputs[node] = 1, []
+            step = cl.Step(name=event["label"], type=STEP_TYPES.get(node, "tool"),
                            parent_id=self.parent_id, show_input=False)
             step.start = utc_now()
-            self.steps[event["node"]] = step
+            self.steps[node] = step
             await step.send()
         elif kind in ("node_end", "node_error"):
-            step = self.steps.get(event["node"])
+            node = event["node"]
+            step = self.steps.get(node)
             if step is None:
                 return
             if event.get("status") == "skipped":  # the header says so, not only the output
                 step.name = f"{event.get('label') or step.name}（已跳过：{event.get('summary') or '未运行'}）"
-            step.output = step_output(event)
-            step.is_error = kind == "node_error"
-            step.end = utc_now()
+            self.running[node] = max(0, self.running.get(node, 1) - 1)
+            self.outputs.setdefault(node, []).append(step_output(event))
+            step.output = "\n\n".join(self.outputs[node])
+            step.is_error = step.is_error or kind == "node_error"
+            if not self.running[node]:
+                step.end = utc_now()
             await step.update()
+        elif kind == "sub_question":
+            await self.on_sub_question(event)
         elif kind == "delta":
             self.message = self.message or cl.Message(content="", parent_id=self.parent_id)
             await self.message.stream_token(event["delta"])
@@ -115,6 +132,21 @@ class AnswerView:
             message = self.message = self.message or cl.Message(content="", parent_id=self.parent_id)
             message.content = f"❌ 抱歉，这次没能回答：{event.get('error', '')}\n\n请稍后重试，或换个问法。"
             await self.show(message)
+
+    async def on_sub_question(self, event: dict) -> None:
+        if event["phase"] == "start":
+            parent = self.steps.get("node_sub_question")
+            step = cl.Step(name=f"子问题 {event['index']}：{event['question']}", type="retrieval",
+                           parent_id=parent.id if parent else self.parent_id, show_input=False)
+            step.start = utc_now()
+            self.sub_steps[event["index"]] = step
+            await step.send()
+            return
+        step = self.sub_steps.get(event["index"])
+        if step is not None:
+            step.output = sub_question_output(event)
+            step.end = utc_now()
+            await step.update()
 
     async def finish(self, event: FinalEvent) -> None:
         final = answer_of(event)

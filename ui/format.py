@@ -18,7 +18,14 @@ STEP_TYPES = {
     "node_rrf": "retrieval",
     "node_rerank": "rerank",
     "node_answer_output": "llm",
+    "node_plan": "tool",
+    "node_sub_question": "retrieval",
+    "node_synthesis": "retrieval",
+    "node_grade": "tool",
+    "node_rewrite_query": "llm",
+    "node_search_rewritten": "retrieval",
 }
+ROUTE_NAMES = {"answer": "作答", "rewrite": "改写后再检索", "clarify": "向用户追问", "no_knowledge": "回答“不知道”"}
 BRANCH_NAMES = {"confirmed": "已确认产品", "ask": "需要用户选择产品", "refuse": "知识库中没有相关产品"}
 HIT_ROWS = 10
 SOURCE_FILE_CHARS = 30
@@ -73,6 +80,37 @@ def rerank_lines(detail: dict) -> list[str]:
     return lines
 
 
+def grade_lines(detail: dict) -> list[str]:
+    lines = [f"- 路线：{ROUTE_NAMES.get(detail.get('route'), detail.get('route', ''))}"
+             + (f"（原判定：{ROUTE_NAMES.get(detail['corrected_from'], detail['corrected_from'])}，按规则校正）"
+                if detail.get("corrected_from") else ""),
+             f"- 相关：{'是' if detail.get('relevant') else '否'}　可回答：{'是' if detail.get('answerable') else '否'}"
+             f"　有歧义：{'是' if detail.get('ambiguous') else '否'}",
+             f"- 置信度：{float(detail.get('confidence') or 0):.2f}　评估方式：`{plain(str(detail.get('method', '')))}`"]
+    if detail.get("reason"):
+        lines.append(f"- 理由：{plain(detail['reason'])}")
+    if detail.get("missing"):
+        lines.append(f"- 缺少：{plain(detail['missing'])}")
+    return lines
+
+
+def plan_lines(detail: dict) -> list[str]:
+    lines = [f"- 判定方式：`{detail.get('method', '')}`"]
+    lines += [f"{i}. {plain(s['question'])}（{'、'.join(s.get('item_names') or [])}）"
+              for i, s in enumerate(detail.get("sub_questions") or [], 1)]
+    return lines
+
+
+def sub_question_output(event: dict) -> str:
+    """A sub-question's nested step: what it found and how it was graded."""
+    lines = [plain(event.get("summary") or "")]
+    if event.get("grade"):
+        lines += grade_lines(event["grade"])
+    if event.get("hits"):
+        lines += ["", hits_table(event["hits"])]
+    return "\n".join(lines)
+
+
 def step_output(event: dict) -> str:
     """Readable Markdown for a node_end / node_error event of the query graph."""
     if event["type"] == "node_error":
@@ -87,6 +125,17 @@ def step_output(event: dict) -> str:
         lines += confirm_lines(detail)
     elif node == "node_rerank" and isinstance(detail, dict):
         lines += rerank_lines(detail)
+    elif node == "node_grade" and isinstance(detail, dict):
+        lines += grade_lines(detail)
+    elif node == "node_plan" and isinstance(detail, dict):
+        lines += plan_lines(detail)
+    elif node == "node_rewrite_query" and isinstance(detail, dict):
+        lines += [f"- 方法：`{detail.get('method', '')}`", f"- 检索用语：{plain(detail.get('query', ''))}"]
+    elif node == "node_sub_question" and isinstance(detail, dict):
+        lines += grade_lines(detail.get("grade") or {})
+    elif node == "node_synthesis" and isinstance(detail, list):
+        lines += [f"{d['index']}. {plain(d['question'])}：{ROUTE_NAMES.get(d['route'], d['route'])}，{d['kept']} 个切片"
+                  for d in detail]
     elif node == "node_web_search_mcp" and isinstance(detail, list):
         lines += [f"{i}. [{cell(d.get('title')) or d.get('url')}]({d.get('url')})" for i, d in enumerate(detail, 1)]
     elif isinstance(detail, list) and detail:

@@ -26,6 +26,8 @@ def summary(result: dict) -> dict:
         "decision": result.get("decision"), "answer": final["answer"],
         "rrf": result.get("rrf") or [], "rerank": rerank, "rerank_scorer": info.get("scorer"),
         "rerank_scores": info.get("scores") or [], "cutoff": info.get("cutoff"),
+        "plan": result.get("plan"), "sub_questions": result.get("sub_questions") or [],
+        "grade": result.get("grade"), "rewrite": result.get("rewrite"), "sources": rerank,
         "image_urls": final["image_urls"], "warnings": final["warnings"],
         "node_seconds": {e["node"]: e["seconds"] for e in result.get("node_log") or []},
         "node_status": {e["node"]: {"status": e["status"], "summary": e["summary"]}

@@ -85,6 +85,10 @@ class FinalEvent(TypedDict, total=False):
     done_list: list[str]
     seconds: float
     rrf: list[dict]
+    plan: dict                   # how the planner read the question
+    sub_questions: list[dict]    # the parts of a complex question (empty: simple)
+    grade: dict                  # the evidence grade the answer followed
+    rewrite: dict                # the one rewrite, when grading asked for it
 
 
 Event = NodeEvent | DeltaEvent | ErrorEvent | FinalEvent

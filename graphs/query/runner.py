@@ -17,7 +17,8 @@ from services.errors import ImportProcessError
 log = logging.getLogger("query.runner")
 
 SUMMARY_KEYS = ("session_id", "original_query", "rewritten_query", "branch", "item_names", "candidates",
-                "decision", "answer", "image_urls", "sources", "rerank_info", "warnings")
+                "decision", "answer", "image_urls", "sources", "rerank_info", "warnings", "plan", "sub_questions",
+                "grade", "rewrite")
 
 
 def initial_state(query: str, session_id: str | None = None, product: str | None = None,

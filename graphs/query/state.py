@@ -1,7 +1,8 @@
 """State of the query graph (the seed's QueryGraphState plus candidates and a node log)."""
 from __future__ import annotations
 
-from typing import TypedDict
+import operator
+from typing import Annotated, TypedDict
 
 from graphs.base import NodeLog
 
@@ -25,6 +26,14 @@ class QueryGraphState(TypedDict, total=False):
     rrf_chunks: list[dict]
     reranked_docs: list[dict]
     rerank_info: dict            # scorer, scores, cut-off position
+    plan: dict                   # complexity, reason, method of the question's planning
+    sub_questions: list[dict]    # [{question, item_names}] of a complex question (empty: simple)
+    sub_question: dict           # the one sub-question a fanned-out branch works on
+    sub_results: Annotated[list[dict], operator.add]  # per sub-question: docs, grade (parallel writers)
+    grade: dict                  # the evidence's grade and route (answer | rewrite | clarify | no_knowledge)
+    rewrite: dict                # the one rewrite: method, text, query searched with
+    rewrite_count: int
+    first_evidence: dict         # docs, grade, rerank_info of the try before the rewrite
     prompt: str
     answer: str
     image_urls: list[str]

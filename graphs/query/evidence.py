@@ -1,0 +1,180 @@
+"""Judging the evidence of one retrieval: scored and cut, graded, the better of two sets chosen.
+
+Grades are dicts {relevant, answerable, ambiguous, confidence, route, reason, missing, follow_up,
+method, top_score}. With a chat model the judgement is one JSON-mode call; its reply is validated and
+any fault falls back to the offline rule over the scorer's relevance scores.
+"""
+from __future__ import annotations
+
+import logging
+
+from graphs.query.calibration import calibration
+from graphs.query.nodes.rerank import cliff_cutoff
+from graphs.query.product_match import normalize, rank_products
+from graphs.query.retrieval import rerank_order
+from services.chat_model import get_chat_model, invoke_text, parse_json_reply
+from services.prompts import load_prompt
+from services.reranker import OfflineReranker, get_reranker
+from services.settings import get_settings
+
+log = logging.getLogger("query.evidence")
+
+ROUTES = ("answer", "rewrite", "clarify", "no_knowledge")
+BOOL_FIELDS = ("relevant", "answerable", "ambiguous")
+TEXT_FIELDS = ("reason", "missing", "follow_up")
+GRADE_PASSAGES = 6
+GRADE_PASSAGE_CHARS = 600
+
+
+def answer_threshold(scorer: str) -> float:
+    """The calibrated threshold on the scale of the scorer that ran (the offline scorer stands in
+    for a failed cross-encoder)."""
+    return calibration(scorer=scorer).answer_threshold
+
+
+def rank_and_cut(question: str, hits: list[dict], item_names: list[str]) -> tuple[list[dict], dict]:
+    """Hits in node_rerank's order (scorer fused with the recall order), cut at the first cliff."""
+    cal = calibration()
+    try:
+        ranked, scorer = rerank_order(question, hits, item_names, cal)
+        keep = cliff_cutoff(sorted((s for s, _ in ranked), reverse=True), *cal.cliff)
+    except Exception as exc:  # a broken scorer keeps the search order: weak evidence, not no answer
+        log.warning("scoring failed, keeping search order: %s", exc)
+        scorer = f"reranker（失败：{exc}）"
+        ranked = [(0.0, h) for h in hits]
+        keep = min(len(hits), cal.cliff[1])
+    kept = [{**h, "score": float(s)} for s, h in ranked[:keep]]
+    return kept, {"scorer": scorer, "cutoff": keep, "total": len(ranked),
+                  "scores": [round(float(s), 4) for s, _ in ranked]}
+
+
+def strip_products(question: str, item_names: list[str]) -> str:
+    """The question without its mentions of these products: what grading scores. Every passage of a
+    manual names its product, and the offline scorer's word coverage is dominated by those words
+    (measured: a pinned question prefixed with a catalogue name outscored every answerable one), so
+    they are left out and the score says how well a passage covers what is asked."""
+    text = normalize(question)
+    for a, b in sorted((m.span for m in rank_products(question, item_names) if m.score > 0), reverse=True):
+        text = text[:a] + " " + text[b:]
+    return " ".join(text.split()) or question
+
+
+def topic_scores(question: str, item_names: list[str], docs: list[dict]) -> tuple[list[float] | None, str]:
+    """(scores of the docs against the question without its products, the scorer's name); None when
+    no scorer works."""
+    text = strip_products(question, item_names)
+    try:
+        reranker = get_reranker()
+        return reranker.score(text, docs), reranker.name
+    except Exception as exc:  # the offline scorer, which the threshold was calibrated on, stands in
+        log.warning("reranker failed, grading with the offline scorer: %s", exc)
+    offline = OfflineReranker(get_settings())
+    try:
+        return offline.score(text, docs), offline.name
+    except Exception as exc:
+        log.warning("offline scorer failed too, grading unscored: %s", exc)
+        return None, ""
+
+
+def unscored_grade() -> dict:
+    """No scorer works: nothing to judge by, so the fused order is answered, as rerank keeps it."""
+    return {"relevant": True, "answerable": True, "ambiguous": False, "confidence": 0.0, "route": "answer",
+            "reason": "评分器不可用，无法评估证据，按检索顺序作答", "missing": "", "follow_up": "",
+            "method": "unscored"}
+
+
+def offline_grade(top: float, scorer: str) -> dict:
+    """The rule over calibrated scores: the best passage's score against the scorer's threshold.
+    Passages of the confirmed product came back, so they count as relevant; scores say nothing
+    about ambiguity, so the offline rule never asks back."""
+    threshold = answer_threshold(scorer)
+    answerable = top >= threshold
+    return {"relevant": True, "answerable": answerable, "ambiguous": False, "confidence": round(top, 4),
+            "route": "answer" if answerable else "rewrite",
+            "reason": f"最相关资料得分 {top:.3f}，{'达到' if answerable else '低于'}作答阈值 {threshold:.3f}",
+            "missing": "", "follow_up": "", "method": "offline"}
+
+
+def validate_grade(data: dict) -> dict:
+    """The model's reply as a grade, or ValueError naming the first broken field."""
+    for key in BOOL_FIELDS:
+        if not isinstance(data.get(key), bool):
+            raise ValueError(f"字段 {key} 应为布尔值")
+    confidence = data.get("confidence")
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
+        raise ValueError("字段 confidence 应为 0 到 1 之间的数")
+    if data.get("route") not in ROUTES:
+        raise ValueError(f"字段 route 应为 {'/'.join(ROUTES)} 之一")
+    grade = {key: data[key] for key in BOOL_FIELDS}
+    grade.update({key: str(data.get(key) or "").strip() for key in TEXT_FIELDS})
+    grade.update(confidence=round(float(confidence), 4), route=data["route"], method="model")
+    return grade
+
+
+def grade_context(docs: list[dict]) -> str:
+    return "\n\n".join(f"[{i}] {d.get('title', '')}\n{(d.get('content') or '')[:GRADE_PASSAGE_CHARS]}"
+                       for i, d in enumerate(docs[:GRADE_PASSAGES], 1))
+
+
+def model_grade(question: str, item_names: list[str], docs: list[dict], fallback: dict) -> dict | None:
+    """One JSON-mode call (None offline); a failed call or an invalid reply falls back to the rule."""
+    llm = get_chat_model(json_mode=True)
+    if llm is None:
+        return None
+    user = load_prompt("grade_user", item_names="、".join(item_names) or "（未指定）", question=question,
+                       context=grade_context(docs))
+    try:
+        return validate_grade(parse_json_reply(invoke_text(llm, load_prompt("grade_system"), user)))
+    except Exception as exc:
+        log.warning("grading reply unusable, using the offline rule: %s", exc)
+        return {**fallback, "method": f"fallback（{exc}）"}
+
+
+def resolve_route(grade: dict, has_evidence: bool, *, sub_question: bool, rewrites_left: int) -> str:
+    """Deterministic corrections of the judged route."""
+    if not has_evidence or not grade["relevant"]:
+        return "no_knowledge"
+    route = grade["route"]
+    if route == "answer" and not grade["answerable"]:
+        route = "rewrite"  # a contradiction: the judged facts win over the judged route
+    if route == "rewrite" and (sub_question or rewrites_left <= 0):
+        # no second try left: ask back when the question was ambiguous, otherwise say so
+        route = "clarify" if grade["ambiguous"] and not sub_question else "no_knowledge"
+    if route == "clarify" and sub_question:
+        route = "no_knowledge"  # a sub-question cannot ask the user; the synthesis reports the gap
+    return route
+
+
+def grade_evidence(question: str, item_names: list[str], docs: list[dict], *,
+                   sub_question: bool = False, rewrites_left: int = 0) -> dict:
+    scores, scorer = topic_scores(question, item_names, docs) if docs else ([], "")
+    top = max(scores or [], default=0.0)
+    if not docs:
+        grade = {"relevant": False, "answerable": False, "ambiguous": False, "confidence": 0.0,
+                 "route": "no_knowledge", "reason": "没有检索到任何资料", "missing": "", "follow_up": "",
+                 "method": "no_evidence"}
+    else:
+        fallback = offline_grade(top, scorer) if scores is not None else unscored_grade()
+        grade = model_grade(question, item_names, docs, fallback) or fallback
+    judged = grade["route"]
+    grade["route"] = resolve_route(grade, bool(docs), sub_question=sub_question, rewrites_left=rewrites_left)
+    if grade["route"] != judged:
+        grade["corrected_from"] = judged
+    grade["top_score"] = round(top, 4)
+    return grade
+
+
+def strength(grade: dict) -> tuple[bool, float]:
+    return grade.get("route") == "answer", float(grade.get("top_score") or 0.0)
+
+
+def no_knowledge_text(item_names: list[str]) -> str:
+    where = f"《{'》《'.join(item_names)}》的说明书" if item_names else "知识库"
+    return f"抱歉，我在{where}里没有找到能回答这个问题的内容，不想凭猜测回答。可以换个说法，或补充更具体的型号、接口或功能名称再问。"
+
+
+def clarify_text(grade: dict) -> str:
+    if grade.get("follow_up"):
+        return grade["follow_up"]
+    missing = grade.get("missing") or "具体的型号、接口或使用场景"
+    return f"为了准确回答，请先补充：{missing}。"

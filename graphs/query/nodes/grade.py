@@ -1,0 +1,42 @@
+"""node_grade: judge the kept passages and decide: answer, one rewrite, ask back, or say it is not known.
+
+After the one rewrite the better of the two evidence sets is kept (both are scored against the same
+question, so their scores compare); still weak means "not known", never a guess.
+"""
+from __future__ import annotations
+
+from graphs.base import graph_node
+from graphs.query.evidence import (
+    clarify_text, grade_evidence, no_knowledge_text, resolve_route, strength,
+)
+
+MAX_REWRITES = 1
+ROUTE_NAMES = {"answer": "可以回答", "rewrite": "证据不足，改写后再检索一次", "clarify": "需要用户补充条件",
+               "no_knowledge": "说明书中没有答案"}
+
+
+@graph_node("query", "node_grade", "证据评估")
+def node_grade(state: dict) -> dict:
+    docs = state.get("reranked_docs") or []
+    item_names = state.get("item_names") or []
+    done = int(state.get("rewrite_count") or 0)
+    grade = grade_evidence(state["rewritten_query"], item_names, docs, rewrites_left=MAX_REWRITES - done)
+    out: dict = {"grade": grade}
+    first = state.get("first_evidence")
+    if first:
+        if strength(first["grade"]) >= strength(grade):  # the first try was at least as good: keep it
+            kept = first["grade"]
+            route = resolve_route(kept, bool(first["docs"]), sub_question=False, rewrites_left=0)
+            grade = {**kept, "route": route, **({"corrected_from": kept["route"]} if route != kept["route"] else {})}
+            out.update(grade=grade, reranked_docs=first["docs"], rerank_info=first["rerank_info"])
+            grade["evidence"] = "first"
+        else:
+            grade["evidence"] = "rewritten"
+    if grade["route"] == "no_knowledge":
+        out["answer"] = no_knowledge_text(item_names)
+    elif grade["route"] == "clarify":
+        out["answer"] = clarify_text(grade)
+    used = {"first": "，沿用第一次检索的资料", "rewritten": "，采用改写后检索的资料"}.get(grade.get("evidence"), "")
+    out["_summary"] = f"{ROUTE_NAMES[grade['route']]}（置信度 {grade['confidence']:.2f}{used}）"
+    out["_detail"] = grade
+    return out

@@ -1,0 +1,21 @@
+"""node_plan: a simple question goes to retrieval; a comparison or multi-part one is split."""
+from __future__ import annotations
+
+from graphs.base import graph_node
+from graphs.query.planning import plan_question
+from services.vector_store import get_vector_store
+
+
+@graph_node("query", "node_plan", "问题分析")
+def node_plan(state: dict) -> dict:
+    plan = plan_question(state["rewritten_query"], state.get("item_names") or [],
+                         get_vector_store().product_names())
+    subs = plan["sub_questions"]
+    out = {"plan": {k: plan[k] for k in ("complexity", "reason", "method")}, "sub_questions": subs,
+           "_detail": {**plan}}
+    if subs:
+        out["item_names"] = plan["item_names"]
+        out["_summary"] = f"复杂问题（{plan['reason']}），拆成 {len(subs)} 个子问题"
+    else:
+        out["_summary"] = f"简单问题（{plan['reason']}）"
+    return out

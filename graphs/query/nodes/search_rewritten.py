@@ -1,0 +1,18 @@
+"""node_search_rewritten: the second retrieval, with the rewritten query, within the confirmed products.
+
+Its hits are scored against the question itself, as the first retrieval's were, so the two evidence
+sets can be compared.
+"""
+from __future__ import annotations
+
+from graphs.base import graph_node
+from graphs.query.evidence import rank_and_cut
+from graphs.query.retrieval import brief, search_chunks
+
+
+@graph_node("query", "node_search_rewritten", "改写后检索")
+def node_search_rewritten(state: dict) -> dict:
+    hits = search_chunks(state["rewrite"]["query"], state.get("item_names") or [])
+    kept, info = rank_and_cut(state["rewritten_query"], hits, state.get("item_names") or [])
+    return {"reranked_docs": kept, "rerank_info": info,
+            "_summary": f"召回 {len(hits)} 个切片，保留前 {len(kept)} 个", "_detail": brief(kept)}

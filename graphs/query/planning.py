@@ -1,0 +1,163 @@
+"""Simple or complex? A comparison of products or a multi-part question becomes sub-questions.
+
+Offline the classifier is rules: two or more confirmed products plus a comparison word
+(区别 / 对比 / 比较 / 哪个 ...) or 分别 -> one sub-question per product; "A 和 B 分别…" about one
+product -> one sub-question per part; several question sentences -> one each. With a model, a question carrying any such marker is planned
+by one JSON-mode call, validated, the rules standing in when the reply is unusable.
+"""
+from __future__ import annotations
+
+import logging
+import re
+
+from graphs.query.product_match import VERSION_TOKEN, normalize, rank_products
+from services.chat_model import get_chat_model, invoke_text, parse_json_reply
+from services.prompts import load_prompt
+
+log = logging.getLogger("query.planning")
+
+MAX_SUB_QUESTIONS = 4
+COMPARE = re.compile(r"区别|差别|差异|不同|异同|对比|比较|相比|哪个|哪款|哪一款|哪种|还是|vs\.?", re.IGNORECASE)
+EACH = "分别"
+MARKERS = re.compile(rf"{COMPARE.pattern}|{EACH}|和|与|及|、|跟|[？?].+[？?]", re.IGNORECASE)
+MIN_SENTENCE_CHARS = 4
+JOINERS = r"以及|和|与|及|跟|、|,|，"
+COMPARE_TAIL = re.compile(r"(有什么|有啥|有哪些|有何|是否有|的)?(区别|差别|差异|不同|异同)(吗|呢)?\s*[？?。!！]*\s*$")
+LEAD = re.compile(r"^(\s|的|之间|在|分别|都|相比|对比|比较|哪个|哪款|哪一款)+")
+TRAIL = re.compile(r"(\s|的|上|方面|之间|在)+$")
+
+
+def simple(reason: str, method: str = "rules") -> dict:
+    return {"complexity": "simple", "reason": reason, "sub_questions": [], "method": method}
+
+
+def named_products(question: str, confirmed: list[str], products: list[str]) -> list[str]:
+    """The confirmed products, plus siblings named by a bare version ("SKR MINI E3 V2.0 和 V3.0"):
+    the longer mention swallows the shorter one, so each version is tried with the others removed."""
+    found = list(confirmed)
+    q = normalize(question)
+    versions = list(VERSION_TOKEN.finditer(q))
+    if len(versions) < 2:
+        return found
+    found = []
+    for keep in versions:
+        variant = "".join(" " if any(v is not keep and v.start() <= i < v.end() for v in versions) else ch
+                          for i, ch in enumerate(q))
+        found += [m.name for m in rank_products(variant, products) if m.kind == "full"]
+    return sorted(set(found) | set(confirmed))
+
+
+def aspect_of(question: str, products: list[str]) -> tuple[str, bool]:
+    """What is compared: the text after the last product mention, without the comparison words;
+    and whether a trailing "有什么区别" was dropped (the sub-question then asks "是什么")."""
+    spans = [m.span for m in rank_products(question, products) if m.score > 0]
+    q = normalize(question)
+    tail = q[max((b for _, b in spans), default=0):]
+    # normalize() keeps lengths (bar a dropped ".0"), so the tail's length finds the user's own text
+    text = question[len(question) - len(tail):] if tail else ""
+    text = LEAD.sub("", text)
+    dropped = bool(COMPARE_TAIL.search(text))
+    text = TRAIL.sub("", COMPARE_TAIL.sub("", text))
+    text = re.sub(r"哪个|哪款|哪一款|哪种", "", text).strip()
+    return text, dropped
+
+
+def product_sub_questions(question: str, products: list[str]) -> list[dict]:
+    aspect, dropped = aspect_of(question, products)
+    subs = []
+    for name in products[:MAX_SUB_QUESTIONS]:
+        if not aspect:
+            asked = "主要参数和特点是什么？"
+        elif dropped:
+            asked = f"{aspect}是什么？"
+        else:
+            asked = aspect
+        subs.append({"question": f"{name} 的{asked}", "item_names": [name]})
+    return subs
+
+
+def part_sub_questions(question: str, item_names: list[str]) -> list[dict]:
+    """"Duo 的 LED 和按键分别对应哪个 GPIO？" -> one question per enumerated part."""
+    at = question.find(EACH)
+    if at < 0:
+        return []
+    before, after = question[:at], question[at + len(EACH):]
+    cut = max(before.rfind("的"), *(before.rfind(p) for p in "，,。；;？?"))
+    head, enumeration = before[:cut + 1], before[cut + 1:]
+    parts = [p.strip() for p in re.split(JOINERS, enumeration) if p.strip()]
+    if len(parts) < 2:
+        return []
+    return [{"question": f"{head}{p}{after}".strip(), "item_names": list(item_names)}
+            for p in parts[:MAX_SUB_QUESTIONS]]
+
+
+def sentence_sub_questions(question: str, item_names: list[str], known: list[str]) -> list[dict]:
+    """"Duo S 有多大内存？带不带 WiFi？" -> one question per question sentence; a sentence naming no
+    product carries the product as the user wrote it in the question."""
+    parts = [p.strip() for p in re.split(r"(?<=[？?])", question) if len(p.strip()) >= MIN_SENTENCE_CHARS]
+    if len(parts) < 2:
+        return []
+    full = [m for m in rank_products(question, known) if m.kind == "full"]
+    # lengths kept by normalize(), as in aspect_of: the span cuts the user's own words
+    mention = question[full[0].span[0]:full[0].span[1]].strip() if full else ""
+    subs = []
+    for part in parts[:MAX_SUB_QUESTIONS]:
+        named = any(m.kind == "full" for m in rank_products(part, known))
+        subs.append({"question": part if named or not mention else f"{mention} {part}",
+                     "item_names": list(item_names)})
+    return subs
+
+
+def rule_plan(question: str, products: list[str], item_names: list[str], known: list[str]) -> dict:
+    if len(products) >= 2 and (COMPARE.search(question) or EACH in question):
+        return {"complexity": "complex", "reason": f"比较 {len(products)} 款产品",
+                "sub_questions": product_sub_questions(question, products), "method": "rules"}
+    for subs, reason in ((part_sub_questions(question, item_names), "分项提问"),
+                         (sentence_sub_questions(question, item_names, known), "一次问了几件事")):
+        if subs:
+            return {"complexity": "complex", "reason": f"{reason}：{len(subs)} 项", "sub_questions": subs,
+                    "method": "rules"}
+    return simple("一个产品、一个问题")
+
+
+def validate_plan(data: dict, products: list[str]) -> dict:
+    if data.get("complexity") not in ("simple", "complex"):
+        raise ValueError("字段 complexity 应为 simple 或 complex")
+    reason = str(data.get("reason") or "").strip()
+    if data["complexity"] == "simple":
+        return simple(reason, "model")
+    raw = data.get("sub_questions")
+    if not isinstance(raw, list) or not 2 <= len(raw) <= MAX_SUB_QUESTIONS:
+        raise ValueError(f"复杂问题应有 2 到 {MAX_SUB_QUESTIONS} 个子问题")
+    subs = []
+    for item in raw:
+        text = str(item.get("question") or "").strip() if isinstance(item, dict) else ""
+        if not text:
+            raise ValueError("子问题不能为空")
+        name = str(item.get("item_name") or "").strip()
+        if name and name not in products:
+            raise ValueError(f"子问题的产品“{name}”不在已确认的产品中")
+        subs.append({"question": text, "item_names": [name] if name else list(products)})
+    return {"complexity": "complex", "reason": reason, "sub_questions": subs, "method": "model"}
+
+
+def model_plan(question: str, products: list[str]) -> dict | None:
+    llm = get_chat_model(json_mode=True)
+    if llm is None:
+        return None
+    user = load_prompt("plan_user", item_names="、".join(products), question=question)
+    try:
+        return validate_plan(parse_json_reply(invoke_text(llm, load_prompt("plan_system"), user)), products)
+    except Exception as exc:
+        log.warning("planning reply unusable, using the rules: %s", exc)
+        return None
+
+
+def plan_question(question: str, item_names: list[str], known: list[str]) -> dict:
+    """{complexity, reason, sub_questions: [{question, item_names}], method, item_names}"""
+    products = named_products(question, item_names, known)
+    if not MARKERS.search(question):
+        plan = simple("没有比较或分项的提法")
+    else:
+        plan = model_plan(question, products) or rule_plan(question, products, item_names, known)
+    return {**plan, "item_names": products}

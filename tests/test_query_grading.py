@@ -1,0 +1,228 @@
+"""Evidence grading, the one rewrite and comparison questions: offline rules and the scripted model.
+
+Everything below the graph is real (Milvus Lite over the 9 sample manuals, the embedding model); the
+model is the scripted OpenAI-compatible server on 127.0.0.1.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from graphs.query.__main__ import main as query_cli
+from graphs.query.evidence import answer_threshold, offline_grade, resolve_route, strip_products, validate_grade
+from graphs.query.planning import named_products, plan_question
+from graphs.query.rewriting import feedback_terms
+from graphs.query.runner import run_query
+from query_fixtures import GRADE_ANSWER, STEP_BACK, model, node_entry, user_text  # noqa: F401  (fixture)
+
+OFF = {"web_search": False, "hyde": False}
+COMPARE_Q = "SKR MINI E3 V2.0 和 V3.0 的主控芯片有什么区别？"
+MCU = {"BTT SKR MINI E3 V2.0使用手册": "STM32F103RCT6", "BTT SKR MINI E3 V3.0使用手册": "STM32G0B1RET6"}
+WEAK_Q = "Duo S 能不能直接驱动 4K 显示器？"
+GOOD_Q = "Duo S 的以太网口支持 PoE 吗？"
+SCORER = "offline:lexical"
+
+
+def ask(question: str, **kwargs) -> dict:
+    result = run_query(question, options=kwargs.pop("options", OFF), **kwargs)
+    assert result["type"] == "final", result
+    return result
+
+
+def grade(route: str, **fields) -> dict:
+    return {**GRADE_ANSWER, "route": route, **fields}
+
+
+# -- offline ------------------------------------------------------------------------------------
+
+def test_comparison_is_split_per_product_and_keeps_both_mcu_passages(product_of, capsys):
+    result = ask(COMPARE_Q)
+    skr = {stem: product_of[stem] for stem in MCU}
+    subs = result["sub_questions"]
+    assert [s["item_names"] for s in subs] == [[skr["BTT SKR MINI E3 V2.0使用手册"]], [skr["BTT SKR MINI E3 V3.0使用手册"]]]
+    assert all("主控芯片" in s["question"] for s in subs)
+    assert result["plan"]["complexity"] == "complex" and sorted(result["item_names"]) == sorted(skr.values())
+    for stem, chip in MCU.items():  # each product's own passage naming its MCU is a source
+        assert any(s["item_name"] == skr[stem] and chip in s["content"] for s in result["sources"]), stem
+    assert {s["item_name"] for s in result["sources"][:2]} == set(skr.values())  # taken in turns
+    assert result["answer"] and not result["answer"].startswith("抱歉")
+    done = result["done_list"]
+    assert done.count("node_sub_question") == 2 and "node_rerank" not in done and "node_grade" not in done
+    assert done[-2:] == ["node_synthesis", "node_answer_output"]
+    starts = [e for e in result["events"] if e["type"] == "sub_question" and e["phase"] == "start"]
+    assert sorted(e["index"] for e in starts) == [1, 2]
+    # the CLI reports the sub-questions and the sources used
+    assert query_cli([COMPARE_Q, "--json", "--no-web", "--no-hyde"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [s["question"] for s in out["sub_questions"]] == [s["question"] for s in subs]
+    assert {s["item_name"] for s in out["sources"]} == set(skr.values())
+
+
+def test_weak_evidence_takes_exactly_one_rewrite_then_says_it_does_not_know(product_of):
+    result = ask(WEAK_Q)
+    done = result["done_list"]
+    assert done.count("node_rewrite_query") == done.count("node_search_rewritten") == 1
+    assert done.count("node_grade") == 2
+    assert done[-5:] == ["node_grade", "node_rewrite_query", "node_search_rewritten", "node_grade",
+                         "node_answer_output"]
+    rewrite = result["rewrite"]
+    assert rewrite["method"] == "prf" and rewrite["terms"] and rewrite["query"].startswith(WEAK_Q)
+    assert result["grade"]["route"] == "no_knowledge" and result["grade"]["corrected_from"] == "rewrite"
+    assert result["answer"].startswith("抱歉") and "没有找到" in result["answer"]
+    assert (result["sources"], result["image_urls"]) == ([], [])
+    assert node_entry(result, "node_rewrite_query")["summary"].startswith("伪相关反馈")
+
+
+def test_strong_evidence_answers_without_rewrite(product_of):
+    result = ask(GOOD_Q)
+    assert result["grade"]["route"] == "answer" and result["grade"]["method"] == "offline"
+    assert result["grade"]["top_score"] >= answer_threshold(SCORER) and result["rewrite"] is None
+    assert "node_rewrite_query" not in result["done_list"] and result["sources"]
+
+
+def test_multi_sentence_question_is_answered_per_sentence(product_of):
+    result = ask("Duo S 有多大内存？带不带 WiFi 和蓝牙？")
+    assert [s["question"] for s in result["sub_questions"]] == ["Duo S 有多大内存？", "Duo S 带不带 WiFi 和蓝牙？"]
+    text = "".join(s["content"] for s in result["sources"])
+    assert "512MB" in text and "WI-FI 6/BT 5" in text
+
+
+def test_offline_rule_is_a_threshold_on_the_calibrated_score():
+    threshold = answer_threshold(SCORER)
+    assert offline_grade(threshold, SCORER)["route"] == "answer"
+    weak = offline_grade(threshold - 0.01, SCORER)
+    assert (weak["route"], weak["answerable"], weak["relevant"]) == ("rewrite", False, True)
+    assert offline_grade(0.45, "bge-reranker")["route"] == "rewrite"  # another scale: 0.5 there
+
+
+@pytest.mark.parametrize("fields, sub, left, route", [
+    ({"route": "answer"}, False, 1, "answer"),
+    ({"route": "answer", "relevant": False}, False, 1, "no_knowledge"),          # off-topic evidence
+    ({"route": "answer", "answerable": False}, False, 1, "rewrite"),             # facts beat the route
+    ({"route": "rewrite", "answerable": False}, True, 1, "no_knowledge"),        # a sub-question never rewrites
+    ({"route": "rewrite", "answerable": False}, False, 0, "no_knowledge"),       # no second try left
+    ({"route": "rewrite", "answerable": False, "ambiguous": True}, False, 0, "clarify"),
+    ({"route": "clarify", "ambiguous": True}, True, 1, "no_knowledge"),          # a sub-question cannot ask back
+])
+def test_route_corrections(fields, sub, left, route):
+    assert resolve_route({**GRADE_ANSWER, **fields}, True, sub_question=sub, rewrites_left=left) == route
+    assert resolve_route({**GRADE_ANSWER, **fields}, False, sub_question=sub, rewrites_left=left) == "no_knowledge"
+
+
+@pytest.mark.parametrize("reply, error", [
+    ({**GRADE_ANSWER, "route": "maybe"}, "route"),
+    ({**GRADE_ANSWER, "confidence": 1.5}, "confidence"),
+    ({**GRADE_ANSWER, "confidence": True}, "confidence"),
+    ({**GRADE_ANSWER, "answerable": "yes"}, "answerable"),
+])
+def test_grade_validation_names_the_broken_field(reply, error):
+    with pytest.raises(ValueError, match=error):
+        validate_grade(reply)
+
+
+PRODUCTS = ["BIGTREETECH SKR MINI E3 V2.0 主板", "BIGTREETECH SKR MINI E3 V3.0 主板", "MF1模块 V1",
+            "Sipeed MF1 模块 V2", "Milk-V Duo", "Milk-V Duo S"]
+
+
+def test_planning_rules_on_differently_shaped_names():
+    # a bare second version names the sibling ("V3.0" alone would be swallowed by the longer mention)
+    assert named_products(COMPARE_Q, [PRODUCTS[1]], PRODUCTS) == PRODUCTS[:2]
+    mf = plan_question("MF1 V1 和 V2 有什么不同？", ["MF1模块 V1"], PRODUCTS)
+    assert [s["item_names"] for s in mf["sub_questions"]] == [["MF1模块 V1"], ["Sipeed MF1 模块 V2"]]
+    duo = plan_question("Duo 和 Duo S 哪个内存更大？", ["Milk-V Duo", "Milk-V Duo S"], PRODUCTS)
+    assert [s["question"] for s in duo["sub_questions"]] == ["Milk-V Duo 的内存更大？", "Milk-V Duo S 的内存更大？"]
+    parts = plan_question("Duo S 的 LED 和按键分别对应哪个 GPIO？", ["Milk-V Duo S"], PRODUCTS)
+    assert [s["question"] for s in parts["sub_questions"]] == ["Duo S 的LED对应哪个 GPIO？", "Duo S 的按键对应哪个 GPIO？"]
+    assert all(s["item_names"] == ["Milk-V Duo S"] for s in parts["sub_questions"])
+    assert plan_question(GOOD_Q, ["Milk-V Duo S"], PRODUCTS)["complexity"] == "simple"
+    assert plan_question("Duo S 和电脑怎么连接？", ["Milk-V Duo S"], PRODUCTS)["complexity"] == "simple"
+
+
+def test_grading_scores_the_question_without_its_product():
+    assert strip_products("Milk-V Duo S 的以太网口支持 PoE 吗？", ["Milk-V Duo S"]) == "的以太网口支持 poe 吗?"
+    assert strip_products("板载 LED 对应哪个 GPIO？", ["Milk-V Duo"]) == "板载 led 对应哪个 gpio?"
+
+
+def test_feedback_terms_take_heading_words_and_skip_known_ones():
+    docs = [{"score": 0.5, "item_name": "Milk-V Duo S", "file_title": "duos", "title": "Duo S > 供电 > POE 模块",
+             "parent_title": "Duo S > 供电", "content": "使用 POE 模块供电时，网口同时供电。POE 模块需单独购买。"}]
+    terms = feedback_terms("Duo S 的网口能供电吗？", docs)
+    assert "poe" in terms and "模块" in terms and "供电" not in terms and "duo" not in terms
+
+
+# -- with the scripted model ------------------------------------------------------------------
+
+def test_model_grade_answer_is_one_json_call(model, product_of):
+    result = ask(GOOD_Q)
+    (call,) = model.requests("grade")
+    assert call["response_format"] == {"type": "json_object"} and not call.get("stream")
+    assert f"【问题】{GOOD_Q}" in user_text(call) and "[1] " in user_text(call)
+    assert (result["grade"]["route"], result["grade"]["method"]) == ("answer", "model")
+    assert result["answer"] == "根据说明书，答案如下 [1]。" and not model.requests("rewrite_plan")
+
+
+def test_model_rewrite_steps_back_once_then_answers(model, product_of):
+    model.on_grade(GOOD_Q, grade("rewrite", answerable=False, confidence=0.4), times=1)
+    result = ask(GOOD_Q)
+    assert len(model.requests("grade")) == 2 and len(model.requests("rewrite_plan")) == 1
+    assert result["rewrite"] == {"method": "step_back", "text": STEP_BACK, "query": f"{GOOD_Q} {STEP_BACK}"}
+    assert result["grade"]["route"] == "answer" and result["grade"]["evidence"] in ("first", "rewritten")
+    assert result["done_list"].count("node_search_rewritten") == 1 and result["sources"]
+    assert f"【用户问题】{GOOD_Q}" in user_text(model.requests("answer")[0])
+
+
+def test_model_hyde_text_is_only_for_retrieval(model, product_of):
+    passage = "POE 供电模块接在网口上，为板子提供 5V 电源。"
+    model.on_grade(GOOD_Q, grade("rewrite", answerable=False), times=1)
+    model.on_kind("查询改写助手", {"method": "hyde", "step_back_question": "", "hyde_passage": passage})
+    result = ask(GOOD_Q)
+    assert result["rewrite"]["method"] == "hyde" and result["rewrite"]["query"] == f"{GOOD_Q} {passage}"
+    assert passage not in user_text(model.requests("answer")[0])
+
+
+def test_model_still_weak_after_the_rewrite_says_it_does_not_know(model, product_of):
+    model.on_grade(GOOD_Q, grade("rewrite", answerable=False, confidence=0.3))
+    result = ask(GOOD_Q)
+    assert len(model.requests("grade")) == 2 and len(model.requests("rewrite_plan")) == 1
+    assert (result["grade"]["route"], result["grade"]["corrected_from"]) == ("no_knowledge", "rewrite")
+    assert result["answer"].startswith("抱歉") and result["sources"] == [] and not model.requests("answer")
+
+
+def test_model_clarify_asks_the_follow_up(model, product_of):
+    follow_up = "您说的是板载网口还是扩展板上的网口？"
+    model.on_grade(GOOD_Q, grade("clarify", ambiguous=True, answerable=False, follow_up=follow_up))
+    result = ask(GOOD_Q)
+    assert result["grade"]["route"] == "clarify" and result["answer"] == follow_up
+    assert result["sources"] == [] and not model.requests("answer") and not model.requests("rewrite_plan")
+
+
+def test_model_no_knowledge_says_so_without_answering(model, product_of):
+    model.on_grade(GOOD_Q, grade("no_knowledge", relevant=False, answerable=False, confidence=0.8))
+    result = ask(GOOD_Q)
+    assert result["grade"]["route"] == "no_knowledge" and "没有找到" in result["answer"]
+    assert result["sources"] == [] and not model.requests("answer") and not model.requests("rewrite_plan")
+
+
+@pytest.mark.parametrize("reply", ["这不是 JSON", json.dumps({**GRADE_ANSWER, "route": "maybe"})])
+def test_model_grade_unusable_falls_back_to_the_offline_rule(model, product_of, reply):
+    model.on_grade(GOOD_Q, reply)
+    result = ask(GOOD_Q)
+    assert result["grade"]["method"].startswith("fallback") and result["grade"]["route"] == "answer"
+    assert result["answer"] == "根据说明书，答案如下 [1]。"
+
+
+def test_model_plans_a_comparison_and_a_bad_plan_falls_back_to_rules(model, product_of):
+    v2, v3 = product_of["BTT SKR MINI E3 V2.0使用手册"], product_of["BTT SKR MINI E3 V3.0使用手册"]
+    planned = [{"question": "SKR MINI E3 V2.0 用的是哪颗 MCU？", "item_name": v2},
+               {"question": "SKR MINI E3 V3.0 用的是哪颗 MCU？", "item_name": v3}]
+    model.on_kind("问题规划助手", {"complexity": "complex", "reason": "比较两款主板", "sub_questions": planned}, times=1)
+    result = ask(COMPARE_Q)
+    assert result["plan"]["method"] == "model"
+    assert result["sub_questions"] == [{"question": p["question"], "item_names": [p["item_name"]]} for p in planned]
+    assert len(model.requests("grade")) == 2  # each sub-question graded, none rewritten
+    assert not model.requests("rewrite_plan") and {s["item_name"] for s in result["sources"]} == {v2, v3}
+    model.on_kind("问题规划助手", {"complexity": "complex", "reason": "", "sub_questions": [
+        {"question": "不存在的产品怎么样？", "item_name": "不存在的产品"}, planned[0]]})
+    again = ask(COMPARE_Q)
+    assert again["plan"]["method"] == "rules" and len(again["sub_questions"]) == 2
