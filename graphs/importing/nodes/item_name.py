@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from graphs.base import graph_node
-from graphs.importing.recognition import PRODUCT_NOUNS, SetRecogniser, is_valid_name, read_page
+from graphs.importing.recognition import MAX_NAME_CHARS, PRODUCT_NOUNS, SetRecogniser, is_valid_name, read_page
 from services.chat_model import get_chat_model, invoke_text
 from services.prompts import load_prompt
 
@@ -19,7 +19,6 @@ log = logging.getLogger("import.node_item_name_recognition")
 
 TOP_K = 3
 CONTEXT_LIMIT = 2500
-MAX_NAME_CHARS = 100
 GENERIC_WORDS = re.compile(
     r"(产品)?(简明)?(用户|使用|操作|安装)?(手册|说明书|说明|指南|教程)|快速上手|快速入门|入门|上手|简介|介绍|"
     r"\b(user\s*manual|manual|guide|getting\s*started|get\s*started|quick\s*start|introduction|overview|readme)\b",
