@@ -79,9 +79,8 @@ class LocalCluster:
         _wait_listening(self.redis_port, redis, "Redis")
         if not self.milvus:
             return self
-        milvus = self._spawn([str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir",
-                              str(self.root / "milvus"), "--host", "127.0.0.1", "--port", str(self.milvus_port)],
-                             "milvus")
+        milvus = self._spawn([sys.executable, "-m", "services.milvus_server", "--data-dir", str(self.root / "milvus"),
+                              "--host", "127.0.0.1", "--port", str(self.milvus_port)], "milvus")
         self._stores.append(milvus)
         _wait_listening(self.milvus_port, milvus, "Milvus Lite 服务")
         return self

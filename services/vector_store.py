@@ -1,9 +1,12 @@
 """Milvus: the `kb_chunks` and `kb_item_names` collections.
 
 One code path for Milvus Lite (a file under DATA_DIR) and a Milvus server (`MILVUS_URL`).
-Facts designed around (measured on Milvus Lite 3.2.2): explicit flush after bulk inserts,
-BM25 distances may come back negative, the hit key is the pk name on Lite but `id` on a server,
-and `filter_params` templates fail, so filters are built here with escaping.
+The embedded engine is Milvus Lite 2.5 (the server's C++ core, run by pymilvus as a child process
+per file). Facts designed around (measured on Milvus Lite 2.5.1 with pymilvus 3.0.2): collection
+properties and schema functions are not kept (the signature rides in the schema description, BM25
+shows as a function-output field), an INT16 `default_value` is refused, and `filter_params`
+templates fail (and an unparsable filter is retried by pymilvus for minutes), so filters are built
+here with escaping.
 """
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import json
 import logging
 import threading
 import time
+import warnings
+from pathlib import Path
 from typing import Callable
 
 from pymilvus import (
@@ -23,8 +28,8 @@ from services.errors import ConfigurationError, MilvusError
 from services.settings import Settings, get_settings
 
 log = logging.getLogger("services.vector_store")
-# Milvus Lite's in-process gRPC server logs an unimplemented AllocTimestamp call on connect.
-logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
+# Milvus Lite 2.5 reads its version through pkg_resources, which warns on every start.
+warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
 # Lite hands query iterators no MVCC timestamp; the client-side one it falls back to is what we want.
 logging.getLogger("pymilvus.client.iterator.query_iterator").setLevel(logging.ERROR)
 
@@ -35,7 +40,6 @@ QUERY_PAGE = 4096  # rows per page of a read: a server refuses offset + limit ab
 CHUNK_FIELDS = ["chunk_id", "content", "title", "parent_title", "file_title", "doc_id", "item_name", "part",
                 "page_start", "page_end"]
 ANALYZER = {"tokenizer": "jieba"}
-SIGNATURE_PROPERTY = "kb.embedder"  # collection property: which embedder (and dimension) made it
 
 
 def escape_filter_value(value: str) -> str:
@@ -104,6 +108,10 @@ class VectorStore:
                 uri = self.settings.milvus_uri
                 if not self.settings.milvus_url:
                     self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+                    if self._lite3_data():
+                        raise ConfigurationError(
+                            f"{uri} 是旧版 Milvus Lite 3 的数据目录，当前内嵌向量库（Milvus Lite 2.5）读不了它。"
+                            "请在知识库管理里“重建索引”（旧目录改名保留，全部文档从原件重新导入），或换一个 DATA_DIR。")
                 try:
                     self._client = MilvusClient(uri=uri)
                 except Exception as exc:
@@ -112,6 +120,10 @@ class VectorStore:
                 self._ensure_collections(self._client)
                 self._ready = True
             return self._client
+
+    def _lite3_data(self) -> bool:
+        """Milvus Lite 3 kept a data file as a folder; Lite 2.5's is a single file."""
+        return not self.settings.milvus_url and Path(self.settings.milvus_uri).is_dir()
 
     def open(self) -> None:
         """Connect and check (or create) the collections now, so configuration errors surface early."""
@@ -122,18 +134,18 @@ class VectorStore:
 
     def _check_signature(self, client: MilvusClient, name: str, fields: list[str]) -> None:
         """Refuse a collection another embedder made, or one without today's fields (Milvus Lite
-        cannot add a field).  Lite 3 drops the schema description, so the signature lives in a
-        collection property, and the schema's dimension and sparse kind are compared as well (they
-        tell models apart on any backend)."""
+        cannot add a field).  The signature is the schema description; the dimension and the sparse
+        kind are compared as well (they tell models apart on any backend)."""
         desc = client.describe_collection(name)
         missing = sorted(set(fields) - {f.get("name") for f in desc.get("fields", [])})
         if missing:
             raise ConfigurationError(f"集合 {name} 由旧版本创建，缺少字段 {'、'.join(missing)}。"
                                      "请换一个 DATA_DIR / 集合名，或删除该集合后重新导入全部文档。")
-        made_by = (desc.get("properties") or {}).get(SIGNATURE_PROPERTY) or desc.get("description") or ""
+        made_by = desc.get("description") or ""
         dense = next((f for f in desc.get("fields", []) if f.get("name") == "dense"), {})
         dim = int((dense.get("params") or {}).get("dim") or 0)
-        bm25 = bool(desc.get("functions"))
+        sparse = next((f for f in desc.get("fields", []) if f.get("name") == "sparse"), {})
+        bm25 = bool(desc.get("functions")) or bool(sparse.get("is_function_output"))
         if (made_by and made_by != self._signature()) or dim != self.embedder.dim \
                 or bm25 != (self.embedder.sparse_mode == "bm25"):
             found = made_by or f"{dim} 维稠密向量，稀疏向量{'由 BM25 生成' if bm25 else '由模型生成'}"
@@ -155,7 +167,7 @@ class VectorStore:
         index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type=metric)
 
     def _create(self, client: MilvusClient, name: str, schema, index) -> None:
-        client.create_collection(name, schema=schema, properties={SIGNATURE_PROPERTY: self._signature()})
+        client.create_collection(name, schema=schema)
         # sync=False: pymilvus would poll each index every 0.5 s (2 s per new data dir) although an
         # empty collection has nothing to build; loading below waits for what matters.
         client.create_index(name, index, sync=False)
@@ -187,8 +199,8 @@ class VectorStore:
             ("title", DataType.VARCHAR, varchar(2048)), ("parent_title", DataType.VARCHAR, varchar(2048)),
             ("file_title", DataType.VARCHAR, varchar(1024)), ("doc_id", DataType.VARCHAR, varchar(256)),
             ("item_name", DataType.VARCHAR, varchar(1024)), ("part", DataType.INT8, {}),
-            ("page_start", DataType.INT16, {"default_value": 0}),  # 0: not from a PDF
-            ("page_end", DataType.INT16, {"default_value": 0}),
+            ("page_start", DataType.INT16, {}),  # 0: not from a PDF (every write gives both)
+            ("page_end", DataType.INT16, {}),
         ], {"index_type": "AUTOINDEX"})
         self._ensure(client, self.items, "pk", ("item_name", 1024), [
             ("file_title", DataType.VARCHAR, varchar(1024)), ("doc_id", DataType.VARCHAR, varchar(256)),
@@ -278,7 +290,7 @@ class VectorStore:
             self._call("删除商品名", self.client.delete, self.items, filter=in_filter("item_name", unused))
 
     def _flush(self) -> None:
-        for name in (self.chunks, self.items):  # Lite: searches crawl without it
+        for name in (self.chunks, self.items):  # seals what was written: searches need not scan it raw
             self._call("刷新", self.client.flush, name)
         self._names = None
 
@@ -356,6 +368,9 @@ class VectorStore:
         """Drop both collections and make them anew for the current embedder (reindexing after a
         switch of embedder: the old vectors are of no use to it)."""
         with self._lock:
+            if self._lite3_data():  # kept aside, not deleted: the only copy of the old vectors
+                old = Path(self.settings.milvus_uri)
+                old.rename(old.with_name(f"{old.name}.lite3-{time.strftime('%Y%m%d%H%M%S')}"))
             client = self._client or MilvusClient(uri=self.settings.milvus_uri)
             for name in (self.chunks, self.items):
                 if client.has_collection(name):
@@ -413,10 +428,7 @@ class VectorStore:
                          data=[text if bm25 else vec["sparse"]], anns_field="sparse",
                          search_params={"metric_type": "BM25" if bm25 else "IP"},
                          filter=expr, limit=limit, output_fields=fields or CHUNK_FIELDS)
-        hits = [hit_to_dict(h) for h in (res[0] if res else [])]
-        for h in hits:  # Lite reports BM25 as negative distances
-            h["score"] = abs(h["score"])
-        return hits
+        return [hit_to_dict(h) for h in (res[0] if res else [])]
 
     def ping(self) -> bool:
         try:

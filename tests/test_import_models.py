@@ -117,7 +117,7 @@ def test_import_with_bge_m3_and_reopen_with_another_embedder(env, fresh_data, ti
     assert result.status == "completed", result.error
     s = store()
     assert s.embedder.name == "bge-m3"
-    described = json.loads(s.client.describe_collection(s.chunks)["properties"]["kb.embedder"])
+    described = json.loads(s.client.describe_collection(s.chunks)["description"])
     assert described == {"embedder": "bge-m3", "dim": TINY_HIDDEN}
     stored = s.query(s.chunks, f'doc_id == "{result.doc_id}"', ["sparse", "item_name"])
     assert len(stored) == result.chunks and all(r["sparse"] for r in stored)

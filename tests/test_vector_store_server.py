@@ -1,4 +1,4 @@
-"""The vector store against a Milvus server (`milvus-lite server`, a real gRPC Milvus endpoint):
+"""The vector store against a Milvus server (`python -m services.milvus_server`, a real gRPC Milvus endpoint):
 no process-wide lock, and reads paged past any cap."""
 from __future__ import annotations
 
@@ -7,16 +7,14 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import services.vector_store as vector_store
 from services.embeddings import get_embedder
+from services.errors import ConfigurationError, MilvusError
 from services.settings import get_settings
 from services.vector_store import VectorStore, get_vector_store
-
-MILVUS_LITE = Path(sys.executable).with_name("milvus-lite")
 
 
 def free_port() -> int:
@@ -25,12 +23,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def serve(data_dir, port: int, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "services.milvus_server", "--data-dir", str(data_dir),
+                             "--host", "127.0.0.1", "--port", str(port)], **kwargs)
+
+
 @pytest.fixture(scope="module")
-def milvus_url(tmp_path_factory):
+def milvus_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("milvus")
+
+
+@pytest.fixture(scope="module")
+def milvus_url(milvus_dir):
     port = free_port()
-    proc = subprocess.Popen([str(MILVUS_LITE), "server", "--data-dir", str(tmp_path_factory.mktemp("milvus")),
-                             "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = serve(milvus_dir, port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -39,7 +45,7 @@ def milvus_url(tmp_path_factory):
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                pytest.fail("milvus-lite server did not start")
+                pytest.fail("services.milvus_server did not start")
             time.sleep(0.2)
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
@@ -119,3 +125,30 @@ def test_benchmark_on_a_server_uses_collections_of_its_own_and_drops_them(milvus
     after = get_settings()
     assert (after.milvus_url, after.chunks_collection, after.data_dir) == (
         before.milvus_url, before.chunks_collection, before.data_dir)
+
+
+def test_a_second_server_or_client_on_the_same_file_is_refused(milvus_dir, milvus_url, env):
+    second = serve(milvus_dir, free_port(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = second.communicate(timeout=30)
+    assert second.returncode == 1 and "已被另一个进程打开" in err
+    env(DATA_DIR=str(milvus_dir), MILVUS_URL="")
+    with pytest.raises(MilvusError, match="无法连接向量库"):
+        VectorStore(get_settings(), get_embedder()).open()
+
+
+def test_a_lite3_data_folder_is_named_and_reindexing_sets_it_aside(tmp_path, env):
+    old = tmp_path / "milvus.db"
+    (old / "collections").mkdir(parents=True)
+    served = serve(tmp_path, free_port(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert served.wait(30) == 1 and "Milvus Lite 3" in served.stderr.read()
+    env(DATA_DIR=str(tmp_path), MILVUS_URL="")
+    store = VectorStore(get_settings(), get_embedder())
+    with pytest.raises(ConfigurationError, match="旧版 Milvus Lite 3 的数据目录.*重建索引"):
+        store.open()
+    try:
+        store.recreate()
+        assert old.is_file() and store.count() == 0
+        kept = [p for p in tmp_path.iterdir() if p.name.startswith("milvus.db.lite3-")]
+        assert len(kept) == 1 and (kept[0] / "collections").is_dir()
+    finally:
+        store.close()
