@@ -265,7 +265,7 @@ def fill_chunk_collection(store: VectorStore, name: str, rows: list[dict], embed
         data.append(item)
     for i in range(0, len(data), INSERT_BATCH):
         store.client.insert(name, data[i:i + INSERT_BATCH])
-    store.client.flush(name)  # Milvus Lite: searches crawl without a flush after bulk inserts
+    store.client.flush(name)  # as every import does: searches see sealed segments
 
 
 # -- profiling --------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ def grow(pool: dict, first: int, count: int, per_product: int, rng: np.random.Ge
             name = synthetic_name(p)
             row = {"content": f"{name}\n{pool['texts'][k % n_pool]}", "title": f"{name} 第 {k % per_product + 1} 节",
                    "parent_title": name, "file_title": f"合成手册-{p:05d}", "doc_id": f"synthetic-{p:05d}",
-                   "item_name": name, "part": 1, "dense": vec.tolist()}
+                   "item_name": name, "part": 1, "page_start": 0, "page_end": 0, "dense": vec.tolist()}
             if model_sparse:
                 row["sparse"] = pool["sparse"][k % n_pool]
             rows.append(row)
@@ -180,7 +180,7 @@ def grow(pool: dict, first: int, count: int, per_product: int, rng: np.random.Ge
         store.client.insert(store.items, items)
     insert_s = time.perf_counter() - started
     t = time.perf_counter()
-    store.client.flush(store.chunks)  # Milvus Lite: searches crawl without a flush after bulk inserts
+    store.client.flush(store.chunks)  # as every import does: timed searches see sealed segments
     store.client.flush(store.items)
     return {"rows": count, "products": len(items), "insert_s": round(insert_s, 2),
             "flush_s": round(time.perf_counter() - t, 2)}

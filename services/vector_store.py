@@ -33,13 +33,12 @@ warnings.filterwarnings("ignore", message="pkg_resources is deprecated", categor
 # Lite hands query iterators no MVCC timestamp; the client-side one it falls back to is what we want.
 logging.getLogger("pymilvus.client.iterator.query_iterator").setLevel(logging.ERROR)
 
-ITEM_NAMES_TTL_S = 5.0
 MAX_CONTENT_BYTES = 65000  # VARCHAR(65535) is counted in UTF-8 bytes by the server
 INSERT_BATCH = 256  # rows per insert call: keeps each request far below the gRPC message limit
 QUERY_PAGE = 4096  # rows per page of a read: a server refuses offset + limit above 16384, an iterator has no cap
 CHUNK_FIELDS = ["chunk_id", "content", "title", "parent_title", "file_title", "doc_id", "item_name", "part",
                 "page_start", "page_end"]
-ANALYZER = {"tokenizer": "jieba"}
+ANALYZER = {"tokenizer": "jieba", "filter": ["lowercase"]}  # Milvus keeps case: "PoE" must find "POE"
 
 
 def escape_filter_value(value: str) -> str:
@@ -94,7 +93,7 @@ class VectorStore:
         self._serial = self._lock if not settings.milvus_url else contextlib.nullcontext()
         self._client: MilvusClient | None = None
         self._ready = False
-        self._names: tuple[float, list[dict]] | None = None  # (read at, rows) of kb_item_names
+        self._names: tuple[tuple[int, int], list[dict]] | None = None  # ((rows, newest pk), rows) of kb_item_names
 
     @property
     def backend(self) -> str:
@@ -379,15 +378,20 @@ class VectorStore:
         self.open()
 
     def item_names(self) -> list[dict]:
-        """Every product row, sorted. Read on every question, so kept for a few seconds (writes of
-        this process drop it at once; another process's import shows within the TTL)."""
+        """Every product row, sorted. Read on every question, so kept until kb_item_names changes,
+        whichever process changes it: auto ids only grow, so a write shows as a pk above the newest
+        one read or as a lower row count (two counts, under a millisecond, instead of every row)."""
         cached = self._names
-        if cached and time.monotonic() - cached[0] < ITEM_NAMES_TTL_S:
+        if cached and self._names_unchanged(*cached[0]):
             return list(cached[1])
-        rows = self.query(self.items, "pk >= 0", ["item_name", "file_title", "doc_id"])
+        rows = self.query(self.items, "pk >= 0", ["pk", "item_name", "file_title", "doc_id"])
+        version = (len(rows), max((int(r.pop("pk")) for r in rows), default=-1))
         rows = sorted(rows, key=lambda r: r["item_name"])
-        self._names = (time.monotonic(), rows)
+        self._names = (version, rows)
         return list(rows)
+
+    def _names_unchanged(self, rows: int, newest_pk: int) -> bool:
+        return self.count(self.items) == rows and not self.count(self.items, f"pk > {newest_pk}")
 
     def product_names(self) -> list[str]:
         """Distinct product names, sorted: what the knowledge base covers."""

@@ -95,6 +95,34 @@ def test_server_calls_do_not_wait_for_each_other_and_reads_are_paged(milvus_url,
         store.close()
 
 
+def test_product_names_another_process_writes_show_at_once_and_unchanged_ones_are_not_reread(milvus_url):
+    settings = get_settings().replace(milvus_url=milvus_url, chunks_collection="names_chunks",
+                                      item_name_collection="names_items")
+    reader, writer = VectorStore(settings, get_embedder()), VectorStore(settings, get_embedder())
+
+    def put(doc_id: str, name: str) -> None:
+        writer.replace_document(doc_id, rows_for(doc_id, name, 2),
+                                {"file_title": f"{doc_id}.md", "item_name": name, **get_embedder().embed([name])[0]})
+
+    reads = []
+    read_all = reader._read_all
+    reader._read_all = lambda *args: reads.append(args[0]) or read_all(*args)
+    try:
+        put("doc-x", "星河 QX10 开发板")
+        assert reader.product_names() == ["星河 QX10 开发板"]
+        assert reader.product_names() == ["星河 QX10 开发板"] and reads == ["names_items"]  # not read again
+        put("doc-y", "晨光 M2 模块")
+        assert sorted(reader.product_names()) == sorted(["星河 QX10 开发板", "晨光 M2 模块"])
+        put("doc-x", "星河 QX20 开发板")  # renamed: one row in, one out, the count unchanged
+        assert sorted(reader.product_names()) == sorted(["星河 QX20 开发板", "晨光 M2 模块"])
+        writer.delete_document("doc-y")
+        assert reader.product_names() == ["星河 QX20 开发板"]
+        assert len(reads) == 4
+    finally:
+        reader.close()
+        writer.close()
+
+
 def test_milvus_lite_calls_stay_serial_and_reads_are_paged(corpus_results, monkeypatch):
     store = get_vector_store()
     assert store.backend == "milvus-lite"

@@ -203,7 +203,10 @@ def node_item_name_confirm(state: dict) -> dict:
         try:
             history_store.update_message(message_id, rewritten_query=d["rewritten_query"],
                                          item_names=d["item_names"])
-            history_store.backfill_item_names(session_id, d["item_names"])
+            # earlier turns without a product (a clarification) get it; a session whose recent
+            # turns all have one has nothing to fill, and the write scans the embedded store
+            if any(not m.get("item_names") for m in history):
+                history_store.backfill_item_names(session_id, d["item_names"])
         except Exception as exc:
             log.warning("history update failed: %s", exc)
     out["_detail"] = {"branch": d["branch"], **out["decision"], "candidates": out["candidates"]}
