@@ -271,8 +271,8 @@ def fill_chunk_collection(store: VectorStore, name: str, rows: list[dict], embed
 # -- profiling --------------------------------------------------------------------------------
 
 class StackSampler:
-    """A sampling profiler over every thread: unlike cProfile it also sees LangGraph's worker threads
-    and Milvus Lite's in-process server threads. Use as a context manager around the work, then `top()`.
+    """A sampling profiler over every thread: unlike cProfile it also sees LangGraph's worker threads.
+    Use as a context manager around the work, then `top()`.
     """
 
     # Leaf frames of a thread that waits (thread pools, the gRPC server's poll loop, sleeps).

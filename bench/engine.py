@@ -1,11 +1,11 @@
 """The embedded vector engine on its own: whichever Milvus Lite the running Python has installed.
 
     python -m bench.engine --out DIR [--rows 10000 100000 300000] [--budget-s 900]
-    /tmp/lite25/bin/python -m bench.engine --out DIR    # a venv holding another milvus-lite
+    /tmp/lite3/bin/python -m bench.engine --out DIR    # a venv holding another milvus-lite
 
 Needs only pymilvus, milvus-lite, numpy and psutil (none of the project's services), so the same file
-measures Milvus Lite 3 (pure Python) in the project venv and Milvus Lite 2.5 (the server's C++ core,
-run as a child process) in a bare venv. One collection shaped like kb_chunks (jieba-analysed content
+measures the pinned Milvus Lite 2.5 (the server's C++ core, run as a child process) in the project venv
+and another version (Lite 3, pure Python) in a bare venv. One collection shaped like kb_chunks (jieba-analysed content
 with a BM25 function, a 512-d dense vector, item_name / doc_id scalars) is grown to each size; at
 each size it reports insert speed, hybrid search p50/p95 filtered on one product (the question
 path) and unfiltered (the evidence path) with WeightedRanker and RRFRanker, and memory of the

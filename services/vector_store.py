@@ -413,10 +413,20 @@ class VectorStore:
                       ranker: str = "weighted") -> list[dict]:
         fields = fields or (CHUNK_FIELDS if collection == self.chunks else ["item_name", "file_title", "doc_id"])
         rank = WeightedRanker(*weights, norm_score=True) if ranker == "weighted" else RRFRanker(60)
-        res = self._call("混合检索", self.client.hybrid_search, collection,
-                         reqs=self._requests(vec, text, expr, limit), ranker=rank,
-                         limit=limit, output_fields=fields)
+        res = self._search("混合检索", self.client.hybrid_search, collection,
+                           reqs=self._requests(vec, text, expr, limit), ranker=rank,
+                           limit=limit, output_fields=fields)
         return [hit_to_dict(h) for h in (res[0] if res else [])]
+
+    def _search(self, what: str, fn, collection: str, **kwargs):
+        """A search; one over a collection nothing was ever written to finds nothing (Milvus Lite
+        2.5's BM25 fails there: its average document length is 0 / 0)."""
+        try:
+            return self._call(what, fn, collection, **kwargs)
+        except MilvusError:
+            if self.count(collection) == 0:
+                return []
+            raise
 
     def dense_search(self, collection: str, vec: dict, *, expr: str = "", limit: int = 10,
                      fields: list[str] | None = None) -> list[dict]:
@@ -428,10 +438,10 @@ class VectorStore:
     def sparse_search(self, collection: str, vec: dict, text: str, *, expr: str = "", limit: int = 10,
                       fields: list[str] | None = None) -> list[dict]:
         bm25 = self.embedder.sparse_mode == "bm25"
-        res = self._call("稀疏检索", self.client.search, collection,
-                         data=[text if bm25 else vec["sparse"]], anns_field="sparse",
-                         search_params={"metric_type": "BM25" if bm25 else "IP"},
-                         filter=expr, limit=limit, output_fields=fields or CHUNK_FIELDS)
+        res = self._search("稀疏检索", self.client.search, collection,
+                           data=[text if bm25 else vec["sparse"]], anns_field="sparse",
+                           search_params={"metric_type": "BM25" if bm25 else "IP"},
+                           filter=expr, limit=limit, output_fields=fields or CHUNK_FIELDS)
         return [hit_to_dict(h) for h in (res[0] if res else [])]
 
     def ping(self) -> bool:
