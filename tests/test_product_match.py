@@ -85,9 +85,11 @@ def test_a_family_mention_asks_among_its_models_and_a_written_out_unknown_model_
 
 
 def test_decisions_for_an_unknown_product_and_a_family():
+    from graphs.query.configuration import QueryConfiguration
     from graphs.query.nodes.item_name_confirm import decide
 
+    cfg = QueryConfiguration()
     catalogue = ["Radxa E20C", "Radxa E52C", "AITO M9"]
-    assert decide("Orange Pi 5 Plus 怎么装系统？", catalogue, [], "")["branch"] == "refuse"
-    asked = decide("E20C 系列和别的有什么不同？", ["Radxa E20C", "Radxa E20C Lite"], [], "")
+    assert decide(cfg, "Orange Pi 5 Plus 怎么装系统？", catalogue, [], "")["branch"] == "refuse"
+    asked = decide(cfg, "E20C 系列和别的有什么不同？", ["Radxa E20C", "Radxa E20C Lite"], [], "")
     assert asked["branch"] == "ask" and set(asked["candidates"]) == {"Radxa E20C", "Radxa E20C Lite"}
