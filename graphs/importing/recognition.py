@@ -14,6 +14,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.doc_converter import markdown_of
+from services.settings import get_settings
+from services.text_files import read_text
+
 # A product noun right after a model says the model is a product; a technical noun says it is not.
 PRODUCT_NOUNS = ("主板", "开发板", "板卡", "单板计算机", "单板机", "核心板", "计算模块", "模组", "模块", "小主机",
                  "主机", "路由器", "设备", "产品", "系列", "是一款", "是一个", "电脑", "控制器", "万用表", "电磁炉",
@@ -376,6 +380,21 @@ def page_of(path: Path, root: Path | None, text: str) -> Page:
     return read_page(str(path), text, folders)
 
 
+def page_text(path: Path) -> str | None:
+    """A page's Markdown (a web page converted), or None for a whole manual or a file that cannot be
+    read (the import itself reports it)."""
+    kind = path.suffix.lower()
+    try:
+        if kind in (".md", ".markdown"):
+            return read_text(path)
+        max_bytes = get_settings().max_upload_mb * 1024 * 1024
+        if kind in (".html", ".htm") and path.stat().st_size <= max_bytes:
+            return markdown_of(path, "html", max_bytes=max_bytes)
+    except Exception:
+        return None
+    return None
+
+
 @dataclass
 class PlannedFile:
     path: Path
@@ -386,22 +405,20 @@ class PlannedFile:
 
 def plan_set(paths: list[Path], root: Path | None = None,
              folders: dict[str, tuple[str, ...]] | None = None) -> list[PlannedFile]:
-    """Products of a set of files before any is imported. Markdown pages are read together (`root`
-    gives their folders, or `folders` per path for uploads that carried them; flat uploads have
-    none); a PDF is a whole manual and is left to its own recognition, as is a set of one."""
+    """Products of a set of files before any is imported. Markdown and web pages are read together
+    (`root` gives their folders, or `folders` per path for uploads that carried them; flat uploads
+    have none); a PDF or a Word file is a whole manual and is left to its own recognition, as is a
+    set of one."""
     from graphs.importing.nodes.item_name import offline_item_name
-    from services.text_files import read_text
 
     pages, own = [], {}
     for path in paths:
-        if path.suffix.lower() in (".md", ".markdown") and len(paths) > 1:
-            try:
-                text = read_text(path)
-            except Exception:  # the import itself reports an unreadable file
-                continue
-            pages.append(read_page(str(path), text, folders[str(path)]) if folders and str(path) in folders
-                         else page_of(path, root, text))
-            own[str(path)] = offline_item_name(text, [], path.stem, path)
+        text = page_text(path) if len(paths) > 1 else None
+        if text is None:
+            continue
+        pages.append(read_page(str(path), text, folders[str(path)]) if folders and str(path) in folders
+                     else page_of(path, root, text))
+        own[str(path)] = offline_item_name(text, [], path.stem, path)
     found = SetRecogniser(pages).assign() if pages else {}
     out = []
     for path in paths:
