@@ -102,14 +102,16 @@ async def import_attachments(files: list) -> None:
         return
     try:
         task_ids = await asyncio.to_thread(enqueue_set, staged, updated_by=user_name())
-    except Exception as exc:
+    except StorageError as exc:
         discard(staged)  # as the HTTP API does: nothing refers to them, no button offers them again
         for item in staged:
-            if isinstance(exc, StorageError):
-                await views[item.task_id].fail(not_queued(item.display_name, exc))
-            else:
-                log.exception("queueing a set crashed")
-                await views[item.task_id].crashed(exc)
+            await views[item.task_id].fail(not_queued(item.display_name, exc))
+        return
+    except Exception as exc:
+        log.exception("queueing a set crashed")
+        discard(staged)
+        for view in views.values():
+            await view.crashed(exc)
         return
     ended = await follow_tasks({task_id: views[task_id] for task_id in task_ids})
     imported = [(item, ended[item.task_id]) for item in staged if ended.get(item.task_id, {}).get("status") == COMPLETED]

@@ -229,6 +229,9 @@ async def reimport(action: cl.Action) -> None:
     except ImportProcessError as exc:  # no original to import from, or the queue refused
         await view.fail(f"❌ 《{view.name}》无法重新导入：{exc.message}")
         return
+    except Exception as exc:
+        await view.crashed(exc)
+        raise
     await follow_tasks({task_id: view})
 
 
