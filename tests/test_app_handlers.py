@@ -665,7 +665,7 @@ async def test_a_transient_fault_is_retried_by_the_queue_and_the_chat_shows_it(o
     # the parser's own retries (1 + MAX_RETRIES requests) all meet the outage: the queue tries again later
     with FakeMinerU(token="tok", outage=1 + pdf_parser.MAX_RETRIES) as mineru:
         env(MINERU_API_TOKEN="tok", MINERU_BASE_URL=mineru.base_url, MINERU_POLL_INTERVAL_S="0.05",
-            IMPORT_RETRY_DELAY_S="1.5")
+            IMPORT_RETRY_DELAY_S="3")  # longer than the chat's slowest poll: it sees the wait
         s = Session()
         await s.start()
         await s.send("", [manual_pdf(tmp_path / "测试手册.pdf")])

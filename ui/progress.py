@@ -15,7 +15,8 @@ from ui.format import ImportProgress
 log = logging.getLogger("ui.progress")
 
 NODE_EVENTS = ("node_start", "node_end", "node_error")
-POLL_S = 0.3
+POLL_S = 0.3      # while the tasks change; doubled while they do not, up to POLL_MAX_S
+POLL_MAX_S = 1.5  # (on the embedded database every read scans the task collection)
 LOST_AFTER_S = 60.0  # the task store unreadable this long: stop following (the task itself goes on)
 ENDED = (COMPLETED, FAILED)
 
@@ -42,7 +43,7 @@ class Follower:
 async def follow_tasks(followers: dict[str, Follower]) -> dict[str, dict]:
     """Poll the tasks until each has ended; returns them by id. A task that disappeared counts as failed."""
     store, ended = get_task_store(), {}
-    answered_at, updated = time.monotonic(), {}
+    answered_at, updated, interval = time.monotonic(), {}, POLL_S
     while len(ended) < len(followers):
         waiting = [task_id for task_id in followers if task_id not in ended]
         try:
@@ -55,18 +56,19 @@ async def follow_tasks(followers: dict[str, Follower]) -> dict[str, dict]:
             for task_id in waiting:
                 await followers[task_id].lost(exc)
             return ended
-        answered_at = time.monotonic()
+        answered_at, changed = time.monotonic(), False
         for task_id in waiting:
             task = found.get(task_id) or {"task_id": task_id, "status": FAILED, "steps": [], "updated": None,
                                           "error": f"导入任务不存在：{task_id}"}
             if task_id in updated and updated[task_id] == task.get("updated"):
                 continue
-            updated[task_id] = task.get("updated")
+            updated[task_id], changed = task.get("updated"), True
             await _replay(followers[task_id], task)
             if task["status"] in ENDED:
                 ended[task_id] = task
         if len(ended) < len(followers):
-            await asyncio.sleep(POLL_S)
+            interval = POLL_S if changed else min(interval * 2, POLL_MAX_S)
+            await asyncio.sleep(interval)
     return ended
 
 
