@@ -26,12 +26,11 @@ from bench.common import (
     targets_table, work_markdown, write_json,
 )
 from graphs.importing.chunking import html_to_markdown, normalize_newlines, split_markdown
-from graphs.importing.nodes.document_split import MAX_CONTENT_LENGTH, MIN_CONTENT_LENGTH
-from graphs.importing.nodes.embedding import embed_text
+from graphs.importing.chunking import MAX_CONTENT_LENGTH, MIN_CONTENT_LENGTH, embed_text
 from graphs.query.calibration import calibration
 from graphs.query.extractive import extractive_answer
-from graphs.query.nodes.rerank import merge_sources
-from graphs.query.retrieval import rerank_order, search_chunks
+from graphs.query.configuration import QueryConfiguration
+from graphs.query.retrieval import merge_sources, rerank_order, search_chunks
 from services.embeddings import get_embedder
 from services.vector_store import in_filter, get_vector_store
 
@@ -182,7 +181,10 @@ def build_collections(results, log) -> dict:
 
 def rerank(query: str, docs: list[dict], item_names: list[str] | None) -> list[dict]:
     """Docs in node_rerank's order (the same function)."""
-    return [d for _, d in rerank_order(query, docs, item_names)[0]] if docs else []
+    if not docs:
+        return []
+    cfg = QueryConfiguration()
+    return [d for _, d in rerank_order(cfg.reranker, query, docs, item_names, cfg.calibration())[0]]
 
 
 def contents(hits: list[dict]) -> list[str]:
@@ -224,9 +226,10 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
         "bm25": store.sparse_search(store.chunks, vec, q.question, limit=TOP_K, fields=FIELDS),
         "hybrid": store.hybrid_search(store.chunks, vec, q.question, limit=TOP_K, weights=SEED_WEIGHTS,
                                       fields=FIELDS),
-        "recall": search_chunks(q.question, None, limit=TOP_K),
+        "recall": search_chunks(QueryConfiguration(), q.question, None, limit=TOP_K),
         "pipeline": ordered if got == "confirm" else [],
-        "given_product": rerank(q.question, search_chunks(q.question, sorted(expected)), sorted(expected)),
+        "given_product": rerank(q.question, search_chunks(QueryConfiguration(), q.question, sorted(expected)),
+                                sorted(expected)),
     }
     # Seed vs smart splitting: the pipeline's retrieval once the right product is confirmed.
     expr = in_filter("item_name", sorted(expected))

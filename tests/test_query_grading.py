@@ -10,7 +10,8 @@ import json
 import pytest
 
 from graphs.query.__main__ import main as query_cli
-from graphs.query.evidence import answer_threshold, offline_grade, resolve_route, strip_products, validate_grade
+from graphs.query.calibration import calibration
+from graphs.query.evidence import offline_grade, resolve_route, strip_products, validate_grade
 from graphs.query.planning import named_products, plan_question
 from graphs.query.rewriting import feedback_terms
 from graphs.query.runner import run_query
@@ -22,6 +23,10 @@ MCU = {"BTT SKR MINI E3 V2.0使用手册": "STM32F103RCT6", "BTT SKR MINI E3 V3.
 WEAK_Q = "Duo S 能不能直接驱动 4K 显示器？"
 GOOD_Q = "Duo S 的以太网口支持 PoE 吗？"
 SCORER = "offline:lexical"
+
+
+def answer_threshold(scorer: str) -> float:
+    return calibration(scorer=scorer).answer_threshold
 
 
 def ask(question: str, **kwargs) -> dict:
@@ -49,7 +54,7 @@ def test_comparison_is_split_per_product_and_keeps_both_mcu_passages(product_of,
     assert result["answer"] and not result["answer"].startswith("抱歉")
     done = result["done_list"]
     assert done.count("node_sub_question") == 2 and "node_rerank" not in done and "node_grade" not in done
-    assert done[-2:] == ["node_synthesis", "node_answer_output"]
+    assert done[-3:] == ["node_synthesis", "node_answer_output", "node_save_history"]
     starts = [e for e in result["events"] if e["type"] == "sub_question" and e["phase"] == "start"]
     assert sorted(e["index"] for e in starts) == [1, 2]
     # the CLI reports the sub-questions and the sources used
@@ -64,8 +69,8 @@ def test_weak_evidence_takes_exactly_one_rewrite_then_says_it_does_not_know(prod
     done = result["done_list"]
     assert done.count("node_rewrite_query") == done.count("node_search_rewritten") == 1
     assert done.count("node_grade") == 2
-    assert done[-5:] == ["node_grade", "node_rewrite_query", "node_search_rewritten", "node_grade",
-                         "node_answer_output"]
+    assert done[-6:] == ["node_grade", "node_rewrite_query", "node_search_rewritten", "node_grade",
+                         "node_answer_output", "node_save_history"]
     rewrite = result["rewrite"]
     assert rewrite["method"] == "prf" and rewrite["terms"] and rewrite["query"].startswith(WEAK_Q)
     assert result["grade"]["route"] == "no_knowledge" and result["grade"]["corrected_from"] == "rewrite"
@@ -90,10 +95,10 @@ def test_multi_sentence_question_is_answered_per_sentence(product_of):
 
 def test_offline_rule_is_a_threshold_on_the_calibrated_score():
     threshold = answer_threshold(SCORER)
-    assert offline_grade(threshold, SCORER)["route"] == "answer"
-    weak = offline_grade(threshold - 0.01, SCORER)
+    assert offline_grade(threshold, threshold)["route"] == "answer"
+    weak = offline_grade(threshold - 0.01, threshold)
     assert (weak["route"], weak["answerable"], weak["relevant"]) == ("rewrite", False, True)
-    assert offline_grade(0.45, "bge-reranker")["route"] == "rewrite"  # another scale: 0.5 there
+    assert offline_grade(0.45, answer_threshold("bge-reranker"))["route"] == "rewrite"  # another scale: 0.5 there
 
 
 @pytest.mark.parametrize("fields, sub, left, route", [

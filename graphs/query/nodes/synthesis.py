@@ -12,6 +12,7 @@ from itertools import zip_longest
 
 from graphs.base import graph_node
 from graphs.query.evidence import no_knowledge_text
+from graphs.query.state import QueryGraphState
 
 
 def interleave(lists: list[list[dict]]) -> list[dict]:
@@ -27,12 +28,12 @@ def interleave(lists: list[list[dict]]) -> list[dict]:
 
 
 @graph_node("query", "node_synthesis", "汇总子问题")
-def node_synthesis(state: dict) -> dict:
+def node_synthesis(state: QueryGraphState) -> dict:
     results = sorted(state.get("sub_results") or [], key=lambda r: r["index"])
     used = [r for r in results if r["docs"] and r["grade"]["relevant"]]
     answered = [r for r in used if r["grade"]["route"] == "answer"]
     docs = interleave([r["docs"] for r in used])
-    warnings = list(state.get("warnings") or [])
+    warnings = []
     for r in results:
         if r not in used:
             warnings.append(f"子问题“{r['question']}”在说明书中没有找到相关资料，回答没有覆盖这一部分。")
