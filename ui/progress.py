@@ -25,7 +25,8 @@ class Follower:
     """One task's view; follow_tasks feeds it."""
 
     def __init__(self) -> None:
-        self.seen = 0  # steps of the current attempt already shown
+        self.attempt = 0  # the attempt whose steps are shown
+        self.seen = 0     # how many of them
 
     def restart(self) -> None:
         """Another attempt started the task over."""
@@ -73,10 +74,11 @@ async def follow_tasks(followers: dict[str, Follower]) -> dict[str, dict]:
 
 
 async def _replay(follower: Follower, task: dict) -> None:
-    steps = task.get("steps") or []
-    if len(steps) < follower.seen:
-        follower.restart()
-        follower.seen = 0
+    steps, attempt = task.get("steps") or [], int(task.get("attempts") or 0)
+    if attempt != follower.attempt:  # a claim starts the steps over
+        if follower.seen:
+            follower.restart()
+        follower.attempt, follower.seen = attempt, 0
     for step in steps[follower.seen:]:
         await follower.on_step(step)
     follower.seen = len(steps)
