@@ -402,7 +402,8 @@ def plan_set(paths: list[Path], root: Path | None = None,
         pages.append(read_page(str(path), text, folders[str(path)]) if folders and str(path) in folders
                      else page_of(path, root, text))
         own[str(path)] = offline_item_name(text, [], path.stem, path)
-    found = SetRecogniser(pages).assign() if pages else {}
+    # one page beside whole manuals is no set: it is named on its own, as a single file is
+    found = SetRecogniser(pages).assign() if len(pages) > 1 else {}
     out = []
     for path in paths:
         r = found.get(str(path))
