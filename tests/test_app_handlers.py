@@ -701,6 +701,21 @@ async def test_progress_that_cannot_be_read_says_the_import_may_still_finish(own
                                                  "导入可能仍在后台进行，稍后可在“知识库”中查看结果。")
 
 
+async def test_a_task_no_process_takes_says_it_is_queued_then_runs_when_a_worker_starts(own_data, env, monkeypatch):
+    from graphs.importing import start_in_app_worker
+
+    env(IMPORT_IN_APP="false")  # imports are left to worker processes, and none is running yet
+    monkeypatch.setattr("ui.progress.QUEUED_NOTICE_S", 0.5)
+    s = Session()
+    await s.start()
+    await s.send("", [DUOS])
+    await s.wait_for(lambda: any("还在排队" in m["output"] for m in s.import_messages()))
+    queued = s.import_messages()[-1]["output"]
+    assert "尚未开始导入" in queued and "scripts/worker.sh" in queued
+    start_in_app_worker()  # a worker comes up: the queued file is imported, nothing was lost
+    assert (await s.wait_imports(1))[-1]["output"].startswith("✅ 《duos.md》导入完成")
+
+
 async def test_an_import_that_crashes_still_ends_its_message(own_data, monkeypatch):
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")

@@ -18,6 +18,7 @@ NODE_EVENTS = ("node_start", "node_end", "node_error")
 POLL_S = 0.3      # while the tasks change; doubled while they do not, up to POLL_MAX_S
 POLL_MAX_S = 1.5  # (on the embedded database every read scans the task collection)
 LOST_AFTER_S = 60.0  # the task store unreadable this long: stop following (the task itself goes on)
+QUEUED_NOTICE_S = 20.0  # a task not started this long: say why it may wait
 ENDED = (COMPLETED, FAILED)
 
 
@@ -39,6 +40,9 @@ class Follower:
 
     async def lost(self, error: StorageError) -> None:
         """The task store stopped answering before the task ended."""
+
+    async def unchanged(self, task: dict) -> None:
+        """A poll found the task as it was."""
 
 
 async def follow_tasks(followers: dict[str, Follower]) -> dict[str, dict]:
@@ -62,6 +66,7 @@ async def follow_tasks(followers: dict[str, Follower]) -> dict[str, dict]:
             task = found.get(task_id) or {"task_id": task_id, "status": FAILED, "steps": [], "updated": None,
                                           "error": f"导入任务不存在：{task_id}"}
             if task_id in updated and updated[task_id] == task.get("updated"):
+                await followers[task_id].unchanged(task)
                 continue
             updated[task_id], changed = task.get("updated"), True
             await _replay(followers[task_id], task)
@@ -95,6 +100,8 @@ class FileView(Follower):
         self.message = cl.Message(content=f"⏳ 正在导入《{name}》……")
         self.done_actions = done_actions  # () -> the buttons under a finished import
         self.finished = False
+        self.shown_at = time.monotonic()
+        self.told_queued = False
 
     async def show(self) -> None:
         await self.message.send()
@@ -116,6 +123,14 @@ class FileView(Follower):
             await self.fail(self.progress.render_failed(task.get("error") or "导入失败"))
         elif status == PENDING and task.get("error"):  # a transient fault: waiting for the next attempt
             self.message.content = f"{self.progress.render_running()}\n\n🔁 {task['error']}"
+            await self.message.update()
+
+    async def unchanged(self, task: dict) -> None:
+        waited = time.monotonic() - self.shown_at
+        if task.get("status") == PENDING and not task.get("steps") and waited > QUEUED_NOTICE_S and not self.told_queued:
+            self.told_queued = True
+            self.message.content = (f"⏳ 《{self.name}》还在排队，尚未开始导入：前面有其他导入任务，"
+                                    "或者没有导入进程在运行（启动 `bash scripts/worker.sh`）。文件已保存，开始后这里会显示进度。")
             await self.message.update()
 
     async def lost(self, error: StorageError) -> None:
