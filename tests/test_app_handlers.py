@@ -631,6 +631,29 @@ async def test_rename_needs_a_known_upload_and_a_name(own_data):
     await s.wait_for(lambda: answer_of(s)["output"].startswith("找不到这次上传的文件"))
 
 
+async def test_a_set_whose_queue_breaks_off_part_way_imports_the_queued_file(own_data, monkeypatch):
+    from graphs.importing import jobs
+
+    queue, calls = jobs._queue(), []
+    real = queue.huey.enqueue
+
+    def fails_after_the_first(task):
+        calls.append(task)
+        if len(calls) > 1:
+            raise OSError("disk I/O error")
+        return real(task)
+
+    monkeypatch.setattr(queue.huey, "enqueue", fails_after_the_first)
+    s = Session()
+    await s.start()
+    await s.send("", [DUO, DUO256M])
+    shown = {m["output"].split("》")[0]: m["output"] for m in await s.wait_imports(2)}
+    assert shown["✅ 《duo.md"].startswith("✅ 《duo.md》导入完成")
+    assert shown["❌ 《duo256m.md"].startswith("❌ 《duo256m.md》的导入任务无法创建，没有开始导入：") and "disk I/O" in shown["❌ 《duo256m.md"]
+    assert not list((get_settings().data_dir / "uploads").rglob("duo256m.md"))  # the refused file is not kept
+    assert {r["item_name"] for r in get_vector_store().item_names()} == {"Milk-V Duo"}
+
+
 async def test_a_queue_that_refuses_says_so_and_keeps_what_the_api_would(own_data, env):
     s = Session(replies=[{"output": "Duo S 新名字"}])
     await s.start()

@@ -173,6 +173,34 @@ def test_a_queue_that_cannot_take_the_tasks_fails_them_with_a_reason(queue_env, 
     assert task["status"] == "failed" and "导入任务没有排上队" in task["error"] and "disk I/O error" in task["error"]
 
 
+def test_a_set_whose_queue_breaks_off_part_way_imports_what_was_queued_and_keeps_nothing_else(
+        api, queue_env, monkeypatch):
+    settings = queue_env()
+    queue = jobs._queue()
+    real, calls = queue.huey.enqueue, []
+
+    def fails_after_the_first(task):
+        calls.append(task)
+        if len(calls) > 1:
+            raise OSError("disk I/O error")
+        return real(task)
+
+    monkeypatch.setattr(queue.huey, "enqueue", fails_after_the_first)
+    files = [("files", (f"{n}.md", MANUAL.format(name=f"星火 {n}").encode(), "text/markdown")) for n in ("C1", "C2", "C3")]
+    reply = api.post("/api/upload", files=files)
+    assert reply.status_code == 503, reply.text
+    error = reply.json()["error"]
+    assert "只有部分文件排上了导入队列" in error and "C2.md、C3.md 没有开始导入" in error and "disk I/O error" in error
+    by_name = {t["file_name"]: t for t in get_task_store().list()}
+    assert by_name["C1.md"]["task_id"] in error
+    done, _ = watch([by_name["C1.md"]["task_id"]])  # the queued one goes on and completes
+    assert done[by_name["C1.md"]["task_id"]]["status"] == "completed"
+    assert all(by_name[n]["status"] == "failed" and "导入任务没有排上队" in by_name[n]["error"] for n in ("C2.md", "C3.md"))
+    kept = [p.name for p in (settings.data_dir / "uploads").rglob("*") if p.is_file()]
+    assert not any(name.startswith(("C2", "C3")) for name in kept)  # the refused files are not kept
+    assert [r["product"] for r in get_document_registry().list()] == ["星火 C1"]
+
+
 def test_an_unreachable_redis_refuses_uploads_and_questions_keeps_nothing_and_shows_in_health(api, queue_env):
     settings = queue_env(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     health = api.get("/api/health")

@@ -14,7 +14,7 @@ from chainlit.server import UserParam, upload_file
 from fastapi import FastAPI, HTTPException, UploadFile
 from fastapi.routing import APIRoute
 
-from graphs.importing import StagedFile, UploadRejected, discard, enqueue_set, stage_uploads
+from graphs.importing import StagedFile, UploadRejected, discard, enqueue_set, queued_part, stage_uploads
 from services.errors import ImportProcessError, StorageError
 from services.settings import get_settings
 from services.task_store import COMPLETED
@@ -103,10 +103,13 @@ async def import_attachments(files: list) -> None:
     try:
         task_ids = await asyncio.to_thread(enqueue_set, staged, updated_by=user_name())
     except StorageError as exc:
-        discard(staged)  # as the HTTP API does: nothing refers to them, no button offers them again
-        for item in staged:
+        task_ids = queued_part(exc)  # a set that broke off part way: the queued files go on
+        refused = [item for item in staged if item.task_id not in task_ids]
+        discard(refused)  # as the HTTP API does: nothing refers to them, no button offers them again
+        for item in refused:
             await views[item.task_id].fail(not_queued(item.display_name, exc))
-        return
+        if not task_ids:
+            return
     except Exception as exc:
         log.exception("queueing a set crashed")
         discard(staged)

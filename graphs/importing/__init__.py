@@ -13,7 +13,7 @@ from graphs.importing.files import (
 from graphs.importing import catalog
 from graphs.importing.runner import ImportResult, import_set, run_import
 from graphs.importing.jobs import (
-    enqueue_reimport, enqueue_reindex, enqueue_set, hand_on_expired, run_worker, start_in_app_worker,
+    enqueue_reimport, enqueue_reindex, enqueue_set, hand_on_expired, queued_part, run_worker, start_in_app_worker,
     stop_in_app_workers,
 )
 
@@ -21,6 +21,6 @@ __all__ = [
     "catalog",
     "MAX_FILES", "PATH_SEP", "SUPPORTED", "ImportResult", "StagedFile", "UploadRejected", "discard", "doc_identity",
     "import_set", "iter_import_files", "run_import", "safe_filename", "stage_uploads", "validate_file",
-    "enqueue_reimport", "enqueue_reindex", "enqueue_set", "hand_on_expired", "run_worker", "start_in_app_worker",
-    "stop_in_app_workers",
+    "enqueue_reimport", "enqueue_reindex", "enqueue_set", "queued_part", "hand_on_expired", "run_worker",
+    "start_in_app_worker", "stop_in_app_workers",
 ]

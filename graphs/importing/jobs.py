@@ -34,7 +34,8 @@ def enqueue_set(staged: list[StagedFile], product: str | None = None, products: 
                 updated_by: str = "") -> list[str]:
     """Queue the import of files that arrived together: one task each, their products decided across
     the set now. Returns the task ids; StorageError when the tasks could not be created or queued
-    (the files are then not imported, and the tasks say so)."""
+    (the files are then not imported, and the tasks say so), `NotQueued` naming those that were
+    queued when the queue failed part way."""
     decisions = decide_products([item.path for item in staged], product=product, products=products, staged=staged)
     tasks, set_id = get_task_store(), uuid.uuid4().hex
     for item, decided in zip(staged, decisions):
@@ -63,18 +64,34 @@ def enqueue_reindex(updated_by: str = "") -> str:
     return task_id
 
 
+class NotQueued(StorageError):
+    """Tasks that could not be queued, which are marked failed; `queued` are those that were (a set
+    can break off part way) and go on."""
+
+    def __init__(self, cause: StorageError, queued: list[str]):
+        super().__init__(cause.message, cause=cause)
+        self.queued = queued
+
+
+def queued_part(exc: StorageError) -> list[str]:
+    """The tasks of a set that were queued before queueing failed (none for any other error)."""
+    return list(exc.queued) if isinstance(exc, NotQueued) else []
+
+
 def _send(task_ids: list[str]) -> None:
     settings = get_settings()
     queue = _queue(settings)
     if settings.import_in_app:
         start_in_app_worker()
+    queued: list[str] = []
     try:
         for task_id in task_ids:
             queue.send(RUN_TASK, task_id)
+            queued.append(task_id)
     except StorageError as exc:
-        for task_id in task_ids:
+        for task_id in task_ids[len(queued):]:
             get_task_store().fail(task_id, f"导入任务没有排上队：{exc.message}")
-        raise
+        raise NotQueued(exc, queued) from exc
 
 
 def _queue(settings: Settings | None = None) -> TaskQueue:
