@@ -10,8 +10,11 @@ import json
 import pytest
 
 from graphs.query.__main__ import main as query_cli
-from graphs.query.evidence import answer_threshold, offline_grade, resolve_route, strip_products, validate_grade
-from graphs.query.planning import named_products, plan_question
+from graphs.query.evidence import (
+    answer_threshold, offline_grade, refuse_threshold, resolve_route, strength, strip_products, validate_grade,
+    weak_warning,
+)
+from graphs.query.planning import evidence_branches, named_products, plan_question
 from graphs.query.rewriting import feedback_terms
 from graphs.query.runner import run_query
 from query_fixtures import GRADE_ANSWER, STEP_BACK, model, node_entry, user_text  # noqa: F401  (fixture)
@@ -86,6 +89,60 @@ def test_multi_sentence_question_is_answered_per_sentence(product_of):
     assert [s["question"] for s in result["sub_questions"]] == ["Duo S 有多大内存？", "Duo S 带不带 WiFi 和蓝牙？"]
     text = "".join(s["content"] for s in result["sources"])
     assert "512MB" in text and "WI-FI 6/BT 5" in text
+
+
+def whole_branch(result: dict) -> dict:
+    (end,) = [e for e in result["events"] if e["type"] == "sub_question" and e["phase"] == "end" and e["whole"]]
+    return end
+
+
+@pytest.mark.parametrize("question, stem", [
+    ("Duo S 有多大内存？带不带 WiFi 和蓝牙？", "duos"),                                      # Markdown page
+    ("SKR MINI E3 V3.0 用的是什么主控芯片？板子尺寸多大？", "BTT SKR MINI E3 V3.0使用手册"),  # PDF manual
+])
+def test_a_question_split_into_its_parts_keeps_its_own_retrieval_first(product_of, question, stem):
+    result = ask(question)
+    assert len(result["sub_questions"]) == 2 and result["done_list"].count("node_sub_question") == 3
+    whole = whole_branch(result)
+    assert (whole["index"], whole["question"], whole["item_names"]) == (0, question, [product_of[stem]])
+    # the whole question's passages lead, in its own order; the parts' passages follow
+    kept = [h["chunk_id"] for h in whole["hits"]]
+    assert [s["chunk_id"] for s in result["sources"][:len(kept)]] == kept
+    assert len(result["sources"]) >= len(kept)
+    synthesis = node_entry(result, "node_synthesis")["summary"]
+    assert synthesis.startswith("2/2 个子问题有相关资料") and "连同原问题的检索结果" in synthesis
+
+
+def test_only_a_split_that_keeps_its_products_fans_out_the_whole_question():
+    subs = [{"question": "a？", "item_names": ["X"]}, {"question": "b？", "item_names": ["X"]}]
+    assert [b["index"] for b in evidence_branches("a？b？", ["X"], subs)] == [0, 1, 2]
+    per_product = [{"question": "X 的主控？", "item_names": ["X"]}, {"question": "Y 的主控？", "item_names": ["Y"]}]
+    assert [b.get("whole", False) for b in evidence_branches("X 和 Y 的区别？", ["X", "Y"], per_product)] == [False, False]
+    assert evidence_branches("a？", ["X"], []) == []
+
+
+def test_offline_weak_band_answers_with_a_caution_only_after_the_rewrite():
+    threshold, floor = answer_threshold(SCORER), refuse_threshold(SCORER)
+    assert 0 < floor < threshold
+    weak, none = offline_grade(floor, SCORER), offline_grade(floor - 0.01, SCORER)
+    assert (weak["route"], weak["weak"], none["weak"]) == ("rewrite", True, False)
+    assert resolve_route(weak, True, sub_question=False, rewrites_left=1) == "rewrite"  # the rewrite first
+    assert resolve_route(weak, True, sub_question=False, rewrites_left=0) == "answer"
+    assert resolve_route(none, True, sub_question=False, rewrites_left=0) == "no_knowledge"
+    assert resolve_route(weak, True, sub_question=True, rewrites_left=1) == "no_knowledge"  # synthesis warns
+    assert "对照来源核实" in weak_warning({**weak, "route": "answer"}) and weak_warning(weak) == ""
+    strong = offline_grade(threshold, SCORER)
+    assert strength(strong) > strength({**weak, "route": "answer"}) > strength(none) == strength(weak | {"weak": False})
+
+
+def test_weak_evidence_above_the_floor_is_answered_with_a_caution(product_of):
+    result = ask("Milk-V Duo 用的是什么主控芯片？")
+    grade = result["grade"]
+    assert refuse_threshold(SCORER) <= grade["top_score"] < answer_threshold(SCORER), grade
+    assert (grade["route"], grade["corrected_from"], grade["weak"]) == ("answer", "rewrite", True)
+    assert result["done_list"].count("node_rewrite_query") == 1 and result["sources"]
+    assert any("CV1800B" in s["content"] for s in result["sources"])
+    assert any("对照来源核实" in w for w in result["warnings"])
 
 
 def test_offline_rule_is_a_threshold_on_the_calibrated_score():
