@@ -3,10 +3,13 @@
     python -m bench.retrieval --docs PATH... [--qa FILE.jsonl ...] --out DIR
 
 The documents are imported into a fresh data dir through the real import graph; every question runs
-through the real query graph up to the answer node (product confirmation -> dense + BM25 recall ->
-RRF -> rerank and cliff cut-off). Baselines search the same documents, unfiltered, as a naive RAG
-would. Each QA set is split into a calibration half and a held half; the held half is what counts,
-and a full pipeline below the best single retriever there is printed as FAIL.
+through the real query graph up to the answer node (product confirmation -> planning -> dense + BM25
+recall -> RRF -> rerank and cliff cut-off -> evidence grading with its one rewrite; a split question
+through its sub-questions and the synthesis). Baselines search the same documents, unfiltered, as a
+naive RAG would. The full pipeline is also measured without grading and the rewrite (its first
+retrieval) and with parent sections. Each QA set is split into a calibration half and a held half;
+the held half is what counts, and a full pipeline there below the best single retriever, or below
+itself without grading, is printed as FAIL.
 """
 from __future__ import annotations
 
