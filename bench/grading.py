@@ -25,7 +25,8 @@ from bench.common import (
 )
 from bench.retrieval import DocIndex, load_qa
 from bench.sections import with_sections
-from graphs.query.evidence import answer_threshold, refuse_threshold, strip_products
+from graphs.query.calibration import calibration as configured_calibration
+from graphs.query.evidence import strip_products
 from graphs.query.graph import build_query_graph
 from graphs.query.product_match import tokens
 from graphs.query.runner import initial_state
@@ -218,8 +219,9 @@ def run(docs: list[str | Path], qa: str | Path, out: str | Path, data_dir: str |
         scorer = next((r["scorer"] for r in rows["report"] if r["scorer"]), "")
     report = {"qa_file": str(qa), "seed": SPLIT_SEED, "calibration_questions": len(calibration),
               "report_questions": len(held), "calibration": calibrate(rows["calibration"]),
-              "floor": calibrate_floor(rows["calibration"]), "floor_in_use": refuse_threshold(scorer),
-              "threshold_in_use": answer_threshold(scorer), "scorer": scorer,
+              "floor": calibrate_floor(rows["calibration"]),
+              "floor_in_use": configured_calibration(scorer=scorer).refuse_threshold,
+              "threshold_in_use": configured_calibration(scorer=scorer).answer_threshold, "scorer": scorer,
               "without_grading": figures(rows["report"], graded=False),
               "with_grading": figures(rows["report"], graded=True),
               "parent_sections": section_figures(rows["report"]),

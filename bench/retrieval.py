@@ -30,13 +30,12 @@ from bench.common import (
 )
 from bench.sections import with_sections
 from graphs.importing.chunking import html_to_markdown, normalize_newlines, split_markdown
-from graphs.importing.nodes.document_split import MAX_CONTENT_LENGTH, MIN_CONTENT_LENGTH
-from graphs.importing.nodes.embedding import embed_text
+from graphs.importing.chunking import MAX_CONTENT_LENGTH, MIN_CONTENT_LENGTH, embed_text
 from graphs.query.calibration import calibration
+from graphs.query.configuration import QueryConfiguration
 from graphs.query.evidence import merge_evidence
 from graphs.query.extractive import extractive_answer
-from graphs.query.nodes.rerank import merge_sources
-from graphs.query.retrieval import rerank_order, search_chunks
+from graphs.query.retrieval import merge_sources, rerank_order, search_chunks
 from services.embeddings import get_embedder
 from services.settings import get_settings
 from services.vector_store import in_filter, get_vector_store
@@ -196,7 +195,10 @@ def build_collections(results, log) -> dict:
 
 def rerank(query: str, docs: list[dict], item_names: list[str] | None) -> list[dict]:
     """Docs in node_rerank's order (the same function)."""
-    return [d for _, d in rerank_order(query, docs, item_names)[0]] if docs else []
+    if not docs:
+        return []
+    cfg = QueryConfiguration()
+    return [d for _, d in rerank_order(cfg.reranker, query, docs, item_names, cfg.calibration())[0]]
 
 
 def contents(hits: list[dict]) -> list[str]:
@@ -221,7 +223,7 @@ def evidence_stages(state: dict, query: str) -> dict[str, list[dict]]:
     first_kept = (state.get("first_evidence") or {}).get("docs") or state.get("reranked_docs") or []
     final = first
     if (state.get("grade") or {}).get("evidence") == "rewritten":
-        final = rerank(query, search_chunks(state["rewrite"]["query"], items), items)
+        final = rerank(query, search_chunks(QueryConfiguration(), state["rewrite"]["query"], items), items)
     return {"first": first, "first_kept": first_kept, "final": final if answered else [],
             "final_kept": (state.get("reranked_docs") or []) if answered else []}
 
@@ -283,8 +285,9 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
         "bm25": store.sparse_search(store.chunks, vec, q.question, limit=TOP_K, fields=FIELDS),
         "hybrid": store.hybrid_search(store.chunks, vec, q.question, limit=TOP_K, weights=SEED_WEIGHTS,
                                       fields=FIELDS),
-        "recall": search_chunks(q.question, None, limit=TOP_K),
-        "given_product": rerank(q.question, search_chunks(q.question, sorted(expected)), sorted(expected)),
+        "recall": search_chunks(QueryConfiguration(), q.question, None, limit=TOP_K),
+        "given_product": rerank(q.question, search_chunks(QueryConfiguration(), q.question, sorted(expected)),
+                                sorted(expected)),
     }
     # Seed vs smart splitting: the pipeline's retrieval once the right product is confirmed.
     expr = in_filter("item_name", sorted(expected))

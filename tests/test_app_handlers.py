@@ -41,7 +41,7 @@ from ui.data_layer import HistoryDataLayer
 
 DUO, DUO256M, DUOS = CORPUS_DOCS[0], CORPUS_DOCS[1], CORPUS_DOCS[2]
 PICTURE = DUO.parent / "static" / "docs" / "duo" / "duo-v1.2.png"
-QUERY_LABELS = {"产品确认", "问题分析", "向量检索", "HyDE 检索", "联网搜索", "RRF 融合", "精排", "证据评估", "生成回答"}
+QUERY_LABELS = {"读取对话历史", "保存对话", "产品确认", "问题分析", "向量检索", "HyDE 检索", "联网搜索", "RRF 融合", "精排", "证据评估", "生成回答"}
 WAIT_S = 120
 
 
@@ -191,7 +191,7 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
     names = [st["name"] for st in steps]
     assert sorted(names) == sorted(QUERY_LABELS), names  # each node that ran, once
     assert {st["name"]: st["type"] for st in steps} == {
-        "产品确认": "tool", "问题分析": "tool", "向量检索": "retrieval", "HyDE 检索": "retrieval", "联网搜索": "tool",
+        "读取对话历史": "tool", "保存对话": "tool", "产品确认": "tool", "问题分析": "tool", "向量检索": "retrieval", "HyDE 检索": "retrieval", "联网搜索": "tool",
         "RRF 融合": "retrieval", "精排": "rerank", "证据评估": "tool", "生成回答": "llm"}
     run = next(st for st in s.steps().values() if st["name"] == "on_message")
     assert {st["parentId"] for st in steps} == {run["id"]}  # siblings, the three recalls included
@@ -434,7 +434,7 @@ async def test_ambiguous_question_buttons_pin_the_product(product_of):
     await s.start()
     question = "Milk-V 的开发板怎么烧录系统？"
     await s.send(question)
-    assert [st["name"] for st in s.node_steps()] == ["产品确认", "生成回答"]
+    assert [st["name"] for st in s.node_steps()] == ["读取对话历史", "产品确认", "生成回答", "保存对话"]
     clarification = answer_of(s)
     buttons = s.actions("choose_product")
     twins = {product_of["duo"], product_of["duo256m"], product_of["duos"]}
@@ -449,7 +449,7 @@ async def test_ambiguous_question_buttons_pin_the_product(product_of):
     new_steps = s.node_steps()[before:]
     confirm = next(st for st in new_steps if st["name"] == "产品确认")["output"]
     assert f"已确认：{product_of['duos']}" in confirm and "判定方式：`pinned`" in confirm
-    assert len(new_steps) == 9
+    assert len(new_steps) == len(QUERY_LABELS)
     assert product_of["duos"] in answer_of(s)["output"]
     recent = get_history_store().recent(s.thread_id, 2)
     assert recent[-1]["item_names"] == [product_of["duos"]]
@@ -656,7 +656,7 @@ async def test_two_sessions_while_an_import_runs(own_data, product_of):
     assert all(d["threadId"] == a.thread_id for _, n, d in a.emitter.events if n in ("new_message", "update_message"))
     assert all(d["threadId"] == b.thread_id for _, n, d in b.emitter.events if n in ("new_message", "update_message"))
     assert f"已确认：{product_of['duos']}" in next(st["output"] for st in b.node_steps() if st["name"] == "产品确认")
-    assert len([st for st in b.node_steps()]) == 9
+    assert len([st for st in b.node_steps()]) == len(QUERY_LABELS)
 
 
 async def test_resumed_thread_answers_a_follow_up_with_it(product_of):

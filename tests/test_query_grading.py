@@ -10,9 +10,9 @@ import json
 import pytest
 
 from graphs.query.__main__ import main as query_cli
+from graphs.query.calibration import calibration
 from graphs.query.evidence import (
-    answer_threshold, offline_grade, refuse_threshold, resolve_route, strength, strip_products, validate_grade,
-    weak_warning,
+    offline_grade, resolve_route, strength, strip_products, validate_grade, weak_warning,
 )
 from graphs.query.planning import evidence_branches, named_products, plan_question
 from graphs.query.rewriting import feedback_terms
@@ -25,6 +25,18 @@ MCU = {"BTT SKR MINI E3 V2.0使用手册": "STM32F103RCT6", "BTT SKR MINI E3 V3.
 WEAK_Q = "Duo S 能不能直接驱动 4K 显示器？"
 GOOD_Q = "Duo S 的以太网口支持 PoE 吗？"
 SCORER = "offline:lexical"
+
+
+def answer_threshold(scorer: str) -> float:
+    return calibration(scorer=scorer).answer_threshold
+
+
+def refuse_threshold(scorer: str) -> float:
+    return calibration(scorer=scorer).refuse_threshold
+
+
+def offline(top: float, scorer: str = SCORER) -> dict:
+    return offline_grade(top, answer_threshold(scorer), refuse_threshold(scorer))
 
 
 def ask(question: str, **kwargs) -> dict:
@@ -52,7 +64,7 @@ def test_comparison_is_split_per_product_and_keeps_both_mcu_passages(product_of,
     assert result["answer"] and not result["answer"].startswith("抱歉")
     done = result["done_list"]
     assert done.count("node_sub_question") == 2 and "node_rerank" not in done and "node_grade" not in done
-    assert done[-2:] == ["node_synthesis", "node_answer_output"]
+    assert done[-3:] == ["node_synthesis", "node_answer_output", "node_save_history"]
     starts = [e for e in result["events"] if e["type"] == "sub_question" and e["phase"] == "start"]
     assert sorted(e["index"] for e in starts) == [1, 2]
     # the CLI reports the sub-questions and the sources used
@@ -67,8 +79,8 @@ def test_weak_evidence_takes_exactly_one_rewrite_then_says_it_does_not_know(prod
     done = result["done_list"]
     assert done.count("node_rewrite_query") == done.count("node_search_rewritten") == 1
     assert done.count("node_grade") == 2
-    assert done[-5:] == ["node_grade", "node_rewrite_query", "node_search_rewritten", "node_grade",
-                         "node_answer_output"]
+    assert done[-6:] == ["node_grade", "node_rewrite_query", "node_search_rewritten", "node_grade",
+                         "node_answer_output", "node_save_history"]
     rewrite = result["rewrite"]
     assert rewrite["method"] == "prf" and rewrite["terms"] and rewrite["query"].startswith(WEAK_Q)
     assert result["grade"]["route"] == "no_knowledge" and result["grade"]["corrected_from"] == "rewrite"
@@ -124,14 +136,14 @@ def test_only_a_split_that_keeps_its_products_fans_out_the_whole_question():
 def test_offline_weak_band_answers_with_a_caution_only_after_the_rewrite():
     threshold, floor = answer_threshold(SCORER), refuse_threshold(SCORER)
     assert 0 < floor < threshold
-    weak, none = offline_grade(floor, SCORER), offline_grade(floor - 0.01, SCORER)
+    weak, none = offline(floor), offline(floor - 0.01)
     assert (weak["route"], weak["weak"], none["weak"]) == ("rewrite", True, False)
     assert resolve_route(weak, True, sub_question=False, rewrites_left=1) == "rewrite"  # the rewrite first
     assert resolve_route(weak, True, sub_question=False, rewrites_left=0) == "answer"
     assert resolve_route(none, True, sub_question=False, rewrites_left=0) == "no_knowledge"
     assert resolve_route(weak, True, sub_question=True, rewrites_left=1) == "no_knowledge"  # synthesis warns
     assert "对照来源核实" in weak_warning({**weak, "route": "answer"}) and weak_warning(weak) == ""
-    strong = offline_grade(threshold, SCORER)
+    strong = offline(threshold)
     assert strength(strong) > strength({**weak, "route": "answer"}) > strength(none) == strength(weak | {"weak": False})
 
 
@@ -149,10 +161,10 @@ def test_weak_evidence_above_the_floor_is_answered_with_a_caution(product_of, qu
 
 def test_offline_rule_is_a_threshold_on_the_calibrated_score():
     threshold = answer_threshold(SCORER)
-    assert offline_grade(threshold, SCORER)["route"] == "answer"
-    weak = offline_grade(threshold - 0.01, SCORER)
+    assert offline(threshold)["route"] == "answer"
+    weak = offline(threshold - 0.01)
     assert (weak["route"], weak["answerable"], weak["relevant"]) == ("rewrite", False, True)
-    assert offline_grade(0.45, "bge-reranker")["route"] == "rewrite"  # another scale: 0.5 there
+    assert offline(0.45, "bge-reranker")["route"] == "rewrite"  # another scale: 0.5 there
 
 
 @pytest.mark.parametrize("fields, sub, left, route", [

@@ -102,11 +102,15 @@ EVIDENCE_MARGIN = OFFLINE.evidence_margin
 
 
 def calibration(settings: Settings | None = None, scorer: str | None = None) -> Calibration:
-    """The calibration of the configured embedder and reranker (read from the settings, so that a
-    reranker that fails to load does not stop recall), or of the embedder and the scorer that ran."""
+    """The calibration of the process's configured embedder and reranker (benchmarks, the CLI)."""
     settings = settings or get_settings()
-    name = get_embedder(settings).name
-    embedder = name if name in ("use-m3", "bge-m3") else "server"  # a server is named by its model
+    return calibration_of(settings, get_embedder(settings).name, scorer)
+
+
+def calibration_of(settings: Settings, embedder_name: str, scorer: str | None = None) -> Calibration:
+    """The calibration of an embedder and the configured reranker (read from the settings, so that a
+    reranker that fails to load does not stop recall), or of the embedder and the scorer that ran."""
+    embedder = embedder_name if embedder_name in ("use-m3", "bge-m3") else "server"  # a server is named by its model
     if scorer is not None:
         reranker = "offline" if scorer.startswith("offline") else "cross-encoder"
     else:

@@ -9,14 +9,10 @@ from __future__ import annotations
 import logging
 from itertools import zip_longest
 
-from graphs.query.calibration import calibration
-from graphs.query.nodes.rerank import cliff_cutoff
+from graphs.query.configuration import QueryConfiguration
 from graphs.query.product_match import normalize, rank_products
-from graphs.query.retrieval import rerank_order
-from services.chat_model import get_chat_model, invoke_text, parse_json_reply
+from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
-from services.reranker import OfflineReranker, get_reranker
-from services.settings import get_settings
 
 log = logging.getLogger("query.evidence")
 
@@ -25,33 +21,6 @@ BOOL_FIELDS = ("relevant", "answerable", "ambiguous")
 TEXT_FIELDS = ("reason", "missing", "follow_up")
 GRADE_PASSAGES = 6
 GRADE_PASSAGE_CHARS = 600
-
-
-def answer_threshold(scorer: str) -> float:
-    """The calibrated threshold on the scale of the scorer that ran (the offline scorer stands in
-    for a failed cross-encoder)."""
-    return calibration(scorer=scorer).answer_threshold
-
-
-def refuse_threshold(scorer: str) -> float:
-    """Under this score, on the same scale, weak evidence is no answer even after the rewrite."""
-    return calibration(scorer=scorer).refuse_threshold
-
-
-def rank_and_cut(question: str, hits: list[dict], item_names: list[str]) -> tuple[list[dict], dict]:
-    """Hits in node_rerank's order (scorer fused with the recall order), cut at the first cliff."""
-    cal = calibration()
-    try:
-        ranked, scorer = rerank_order(question, hits, item_names, cal)
-        keep = cliff_cutoff(sorted((s for s, _ in ranked), reverse=True), *cal.cliff)
-    except Exception as exc:  # a broken scorer keeps the search order: weak evidence, not no answer
-        log.warning("scoring failed, keeping search order: %s", exc)
-        scorer = f"reranker（失败：{exc}）"
-        ranked = [(0.0, h) for h in hits]
-        keep = min(len(hits), cal.cliff[1])
-    kept = [{**h, "score": float(s)} for s, h in ranked[:keep]]
-    return kept, {"scorer": scorer, "cutoff": keep, "total": len(ranked),
-                  "scores": [round(float(s), 4) for s, _ in ranked]}
 
 
 def strip_products(question: str, item_names: list[str]) -> str:
@@ -65,16 +34,17 @@ def strip_products(question: str, item_names: list[str]) -> str:
     return " ".join(text.split()) or question
 
 
-def topic_scores(question: str, item_names: list[str], docs: list[dict]) -> tuple[list[float] | None, str]:
+def topic_scores(cfg: QueryConfiguration, question: str, item_names: list[str],
+                 docs: list[dict]) -> tuple[list[float] | None, str]:
     """(scores of the docs against the question without its products, the scorer's name); None when
     no scorer works."""
     text = strip_products(question, item_names)
     try:
-        reranker = get_reranker()
+        reranker = cfg.reranker
         return reranker.score(text, docs), reranker.name
     except Exception as exc:  # the offline scorer, which the threshold was calibrated on, stands in
         log.warning("reranker failed, grading with the offline scorer: %s", exc)
-    offline = OfflineReranker(get_settings())
+    offline = cfg.offline_reranker
     try:
         return offline.score(text, docs), offline.name
     except Exception as exc:
@@ -89,11 +59,12 @@ def unscored_grade() -> dict:
             "method": "unscored"}
 
 
-def offline_grade(top: float, scorer: str) -> dict:
-    """The rule over calibrated scores: the best passage's score against the scorer's threshold.
-    Passages of the confirmed product came back, so they count as relevant; scores say nothing
-    about ambiguity, so the offline rule never asks back."""
-    threshold, floor = answer_threshold(scorer), refuse_threshold(scorer)
+def offline_grade(top: float, threshold: float, floor: float) -> dict:
+    """The rule over calibrated scores: the best passage's score against the threshold and the
+    refusal floor calibrated on the scale of the scorer that ran. Passages of the confirmed product
+    came back, so they count as relevant; scores say nothing about ambiguity, so the offline rule
+    never asks back. Under the threshold but not the floor the evidence is `weak`: after the one
+    rewrite it is answered with a caution instead of "not known"."""
     answerable = top >= threshold
     reason = f"最相关资料得分 {top:.3f}，{'达到' if answerable else '低于'}作答阈值 {threshold:.3f}"
     if not answerable:
@@ -124,9 +95,10 @@ def grade_context(docs: list[dict]) -> str:
                        for i, d in enumerate(docs[:GRADE_PASSAGES], 1))
 
 
-def model_grade(question: str, item_names: list[str], docs: list[dict], fallback: dict) -> dict | None:
+def model_grade(cfg: QueryConfiguration, question: str, item_names: list[str], docs: list[dict],
+                fallback: dict) -> dict | None:
     """One JSON-mode call (None offline); a failed call or an invalid reply falls back to the rule."""
-    llm = get_chat_model(json_mode=True)
+    llm = cfg.chat_model(json_mode=True)
     if llm is None:
         return None
     user = load_prompt("grade_user", item_names="、".join(item_names) or "（未指定）", question=question,
@@ -157,17 +129,19 @@ def resolve_route(grade: dict, has_evidence: bool, *, sub_question: bool, rewrit
     return route
 
 
-def grade_evidence(question: str, item_names: list[str], docs: list[dict], *,
+def grade_evidence(cfg: QueryConfiguration, question: str, item_names: list[str], docs: list[dict], *,
                    sub_question: bool = False, rewrites_left: int = 0) -> dict:
-    scores, scorer = topic_scores(question, item_names, docs) if docs else ([], "")
+    scores, scorer = topic_scores(cfg, question, item_names, docs) if docs else ([], "")
     top = max(scores or [], default=0.0)
     if not docs:
         grade = {"relevant": False, "answerable": False, "ambiguous": False, "confidence": 0.0,
                  "route": "no_knowledge", "reason": "没有检索到任何资料", "missing": "", "follow_up": "",
                  "method": "no_evidence"}
     else:
-        fallback = offline_grade(top, scorer) if scores is not None else unscored_grade()
-        grade = model_grade(question, item_names, docs, fallback) or fallback
+        cal = cfg.calibration(scorer)
+        fallback = (offline_grade(top, cal.answer_threshold, cal.refuse_threshold) if scores is not None
+                    else unscored_grade())
+        grade = model_grade(cfg, question, item_names, docs, fallback) or fallback
     judged = grade["route"]
     grade["route"] = resolve_route(grade, bool(docs), sub_question=sub_question, rewrites_left=rewrites_left)
     if grade["route"] != judged:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import re
 
+from langchain_openai import ChatOpenAI
+
 from graphs.query.product_match import VERSION_TOKEN, normalize, rank_products
-from services.chat_model import get_chat_model, invoke_text, parse_json_reply
+from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
 
 log = logging.getLogger("query.planning")
@@ -141,10 +143,7 @@ def validate_plan(data: dict, products: list[str]) -> dict:
     return {"complexity": "complex", "reason": reason, "sub_questions": subs, "method": "model"}
 
 
-def model_plan(question: str, products: list[str]) -> dict | None:
-    llm = get_chat_model(json_mode=True)
-    if llm is None:
-        return None
+def model_plan(llm: ChatOpenAI, question: str, products: list[str]) -> dict | None:
     user = load_prompt("plan_user", item_names="、".join(products), question=question)
     try:
         return validate_plan(parse_json_reply(invoke_text(llm, load_prompt("plan_system"), user)), products)
@@ -164,11 +163,12 @@ def evidence_branches(question: str, item_names: list[str], subs: list[dict]) ->
     return branches
 
 
-def plan_question(question: str, item_names: list[str], known: list[str]) -> dict:
-    """{complexity, reason, sub_questions: [{question, item_names}], method, item_names}"""
+def plan_question(question: str, item_names: list[str], known: list[str], llm: ChatOpenAI | None = None) -> dict:
+    """{complexity, reason, sub_questions: [{question, item_names}], method, item_names}; with a JSON-mode
+    chat model the model plans, offline (or when its reply is unusable) the rules do."""
     products = named_products(question, item_names, known)
     if not MARKERS.search(question):
         plan = simple("没有比较或分项的提法")
     else:
-        plan = model_plan(question, products) or rule_plan(question, products, item_names, known)
+        plan = (llm and model_plan(llm, question, products)) or rule_plan(question, products, item_names, known)
     return {**plan, "item_names": products}

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from graphs.base import graph_node
 from graphs.query.evidence import merge_evidence, no_knowledge_text
+from graphs.query.state import QueryGraphState
 
 
 @graph_node("query", "node_synthesis", "汇总子问题")
-def node_synthesis(state: dict) -> dict:
+def node_synthesis(state: QueryGraphState) -> dict:
     results = sorted(state.get("sub_results") or [], key=lambda r: r["index"])
     used = [r for r in results if r["docs"] and r["grade"]["relevant"]]
     parts = [r for r in results if not r.get("whole")]
     answered = [r for r in parts if r in used and r["grade"]["route"] == "answer"]
     docs = merge_evidence(used)
-    warnings = list(state.get("warnings") or [])
+    warnings = []
     for r in parts:
         if r not in used:
             warnings.append(f"子问题“{r['question']}”在说明书中没有找到相关资料，回答没有覆盖这一部分。")
