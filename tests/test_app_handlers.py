@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -24,8 +26,11 @@ from chainlit.user import User
 
 import app
 import chainlit as cl
+import services.pdf_parser as pdf_parser
+from bench.cluster import free_port
 from conftest import CORPUS_DOCS
-from graphs.importing import MAX_FILES
+from fakes.mineru_server import FakeMinerU
+from graphs.importing import MAX_FILES, stop_in_app_workers
 from graphs.importing.runner import run_import
 from manual_files import PANEL_PNG, WEB_PRODUCT, WORD_PRODUCT, web_manual, word_manual
 from query_fixtures import model, web  # noqa: F401  (fixtures)
@@ -166,8 +171,10 @@ class Session:
 
 @pytest.fixture()
 def own_data(env, tmp_path):
-    """A data dir of its own, for tests that import or break things."""
-    return env(DATA_DIR=str(tmp_path / "data"))
+    """A data dir of its own, for tests that import or break things; the queue consumer its imports
+    started in this process stops after the test."""
+    yield env(DATA_DIR=str(tmp_path / "data"))
+    stop_in_app_workers()
 
 
 def answer_of(s: Session) -> dict:
@@ -553,6 +560,17 @@ async def test_import_then_question_and_rename(own_data, product_of):
     await s.wait_imports(3)
     assert store.count() == chunks and len(store.item_names()) == 1
 
+    # each import was a task on the queue, run by this process's consumer thread, not the chat's own
+    tasks = sorted(get_task_store().list(), key=lambda t: t["created"])
+    assert [(t["status"], t["attempts"], t["job"]["kind"]) for t in tasks] == [("completed", 1, "import")] * 3
+    assert [t["job"]["product"] for t in tasks] == [None, "我的 Duo 开发板", None]  # the rename names it
+    assert len({t["task_id"] for t in tasks}) == 3  # the rename is a task of its own
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    assert all(int(t["worker"].split(":")[1]) == os.getpid() for t in tasks)
+    assert {names.get(int(t["worker"].split(":")[2]), "")[:7] for t in tasks} == {"Worker-"}  # Huey's threads
+    # what the chat showed came from the task store: the steps it recorded
+    assert [st["label"] for st in tasks[0]["steps"] if st["type"] == "node_end"][:1] == ["检查文件"]
+
 
 async def test_word_and_web_attachments_answer_with_their_pictures(own_data, tmp_path):
     docx = word_manual(tmp_path / "c21.docx")
@@ -624,6 +642,91 @@ async def test_rename_needs_a_known_upload_and_a_name(own_data):
     assert s.actions("rename_product") == [button]  # still there to try again
     await s.click({**button, "payload": {"upload": "no-such-upload"}})
     await s.wait_for(lambda: answer_of(s)["output"].startswith("找不到这次上传的文件"))
+
+
+async def test_a_queue_that_refuses_says_so_and_keeps_what_the_api_would(own_data, env):
+    s = Session(replies=[{"output": "Duo S 新名字"}])
+    await s.start()
+    await s.send("", [DUOS])
+    await s.wait_imports(1)
+    chunks = get_vector_store().count()
+    [kept] = list((get_settings().data_dir / "uploads").rglob("duos.md"))
+
+    env(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # the queue: nothing listens there
+    await s.send("", [DUO, DUO256M])
+    refused = {m["output"].split("》")[0]: m["output"] for m in (await s.wait_imports(3))[1:]}
+    for name in ("duo.md", "duo256m.md"):
+        assert refused[f"❌ 《{name}"].startswith(
+            f"❌ 《{name}》的导入任务无法创建，没有开始导入：任务无法加入队列（Redis不可用）"), refused
+    # as POST /api/upload does: the refused set's files are not kept, its tasks say why
+    assert sorted(p.name for p in (get_settings().data_dir / "uploads").rglob("*") if p.is_file()) == ["duos.md"]
+    failed = [t for t in get_task_store().list() if t["status"] == "failed"]
+    assert len(failed) == 2 and all("导入任务没有排上队" in t["error"] for t in failed)
+    assert not [r for r in s.replies() if r["output"].startswith("识别为")][1:]  # no summary for the refused set
+
+    # a rename refused by the queue keeps its button and the imported file, to try again
+    [button] = s.actions("rename_product")
+    await s.click(button)
+    await s.wait_for(lambda: s.import_messages()[-1]["output"].startswith("❌ 《duos.md》的导入任务无法创建"))
+    assert s.actions("rename_product") == [button] and kept.is_file()
+    assert get_vector_store().count() == chunks and {r["item_name"] for r in get_vector_store().item_names()} == {
+        "Milk-V Duo S"}
+
+
+async def test_a_transient_fault_is_retried_by_the_queue_and_the_chat_shows_it(own_data, env, monkeypatch, tmp_path):
+    monkeypatch.setattr(pdf_parser, "RETRY_BACKOFF_S", 0.01)
+    # the parser's own retries (1 + MAX_RETRIES requests) all meet the outage: the queue tries again later
+    with FakeMinerU(token="tok", outage=1 + pdf_parser.MAX_RETRIES) as mineru:
+        env(MINERU_API_TOKEN="tok", MINERU_BASE_URL=mineru.base_url, MINERU_POLL_INTERVAL_S="0.05",
+            IMPORT_RETRY_DELAY_S="3")  # longer than the chat's slowest poll: it sees the wait
+        s = Session()
+        await s.start()
+        await s.send("", [manual_pdf(tmp_path / "测试手册.pdf")])
+        done = (await s.wait_imports(1))[0]
+    assert done["output"].startswith("✅ 《测试手册.pdf》导入完成"), done["output"]
+    updates = [d["output"] for _, n, d in s.emitter.events if n == "update_message" and d["id"] == done["id"]]
+    waiting = [i for i, u in enumerate(updates) if "🔁" in u]
+    assert waiting, updates
+    assert "MinerU 服务暂时不可用" in updates[waiting[0]] and "秒后重试" in updates[waiting[0]]
+    assert not [u for u in updates if u.startswith("❌")]  # never shown as failed
+    # the second attempt starts its steps over: the first one's failed node is not shown with them
+    assert "❌" not in updates[waiting[-1] + 1] and "⏳ 检查文件" in updates[waiting[-1] + 1]
+    [task] = get_task_store().list()
+    assert (task["status"], task["attempts"]) == ("completed", 2)
+
+
+async def test_progress_that_cannot_be_read_says_the_import_may_still_finish(own_data, monkeypatch):
+    from services.task_store import TaskStore
+    from ui.progress import FileView, follow_tasks
+
+    def unreadable(self, task_ids):
+        raise StorageError("读取导入任务失败（测试注入）")
+    monkeypatch.setattr("ui.progress.LOST_AFTER_S", 0.5)
+    monkeypatch.setattr(TaskStore, "get_many", unreadable)
+    s = Session()
+
+    async def follow():
+        view = FileView("duos.md")
+        await view.show()
+        return await follow_tasks({"no-answer": view})
+    assert await s.run(follow) == {}
+    assert s.import_messages()[-1]["output"] == ("⚠️ 《duos.md》的导入进度无法读取：读取导入任务失败（测试注入）\n\n"
+                                                 "导入可能仍在后台进行，稍后可在“知识库”中查看结果。")
+
+
+async def test_a_task_no_process_takes_says_it_is_queued_then_runs_when_a_worker_starts(own_data, env, monkeypatch):
+    from graphs.importing import start_in_app_worker
+
+    env(IMPORT_IN_APP="false")  # imports are left to worker processes, and none is running yet
+    monkeypatch.setattr("ui.progress.QUEUED_NOTICE_S", 0.5)
+    s = Session()
+    await s.start()
+    await s.send("", [DUOS])
+    await s.wait_for(lambda: any("还在排队" in m["output"] for m in s.import_messages()))
+    queued = s.import_messages()[-1]["output"]
+    assert "尚未开始导入" in queued and "scripts/worker.sh" in queued
+    start_in_app_worker()  # a worker comes up: the queued file is imported, nothing was lost
+    assert (await s.wait_imports(1))[-1]["output"].startswith("✅ 《duos.md》导入完成")
 
 
 async def test_an_import_that_crashes_still_ends_its_message(own_data, monkeypatch):

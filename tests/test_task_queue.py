@@ -13,10 +13,10 @@ import services.pdf_parser as pdf_parser
 from api_fixtures import api, api_server  # noqa: F401 (fixtures)
 from bench.cluster import free_port
 from fakes.mineru_server import FAILED_MSG, FakeMinerU
-from graphs.importing import enqueue_set, hand_on_expired, jobs, stage_uploads, stop_in_app_workers
+from graphs.importing import enqueue_reimport, enqueue_set, hand_on_expired, jobs, stage_uploads, stop_in_app_workers
 from import_fixtures import assert_consistent, store
 from services.documents import get_document_registry
-from services.errors import StorageError
+from services.errors import StorageError, ValidationError
 from services.history_store import now_ts
 from services.settings import get_settings
 from services.task_store import get_task_store
@@ -94,6 +94,24 @@ def test_a_task_whose_worker_died_runs_again_from_its_job_without_duplicating(qu
     assert chunks_of(result["doc_id"]) == result["chunks"]  # replaced by its identity, not added again
     record = get_document_registry().get(result["doc_id"], with_chunk_ids=True)
     assert record["status"] == "ready" and record["chunks"] == result["chunks"] == len(record["chunk_ids"])
+    assert_consistent()
+
+
+def test_a_reimport_is_a_task_too_recording_its_steps_and_an_unknown_document_is_refused_at_once(queue_env):
+    queue_env()
+    [first] = upload(("星火R1.md", MANUAL.format(name="星火 R1 路由器").encode()))
+    result = watch([first])[0][first]["result"]
+    task_id = enqueue_reimport(result["doc_id"], "tester")
+    task = watch([task_id])[0][task_id]
+    assert (task["status"], task["attempts"], task["job"]["kind"], task["by"]) == ("completed", 1, "reimport", "tester")
+    assert task["result"]["doc_id"] == result["doc_id"] and chunks_of(result["doc_id"]) == result["chunks"]
+    # what a viewer in another process replays: every node started and ended, in order, with its summary
+    ends = [st for st in task["steps"] if st["type"] == "node_end"]
+    assert [st["node"] for st in task["steps"] if st["type"] == "node_start"] == [st["node"] for st in ends]
+    assert ends[0]["label"] == "检查文件" and all(st["seconds"] >= 0 and "summary" in st for st in ends)
+    with pytest.raises(ValidationError, match="文档不存在"):
+        enqueue_reimport("no-such-doc")
+    assert len(get_task_store().list()) == 2  # nothing was queued for it
     assert_consistent()
 
 

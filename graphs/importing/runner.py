@@ -104,10 +104,13 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     final: dict = {}
 
     def forward(event: dict) -> None:
-        if event["type"] == "node_start":
-            tasks.node_started(task_id, event["node"])
-        elif event["type"] == "node_end":
-            tasks.node_finished(task_id, event["node"])
+        kind, node, label = event["type"], event.get("node", ""), event.get("label", "")
+        if kind == "node_start":
+            tasks.node_started(task_id, node, label)
+        elif kind == "node_end":
+            tasks.node_finished(task_id, node, label, event.get("summary", ""), float(event.get("seconds") or 0))
+        elif kind == "node_error":
+            tasks.node_failed(task_id, node, label, event.get("error", ""))
         if on_event is not None:
             try:
                 on_event({**event, "task_id": task_id})

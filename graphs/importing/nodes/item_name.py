@@ -15,8 +15,9 @@ from langchain_openai import ChatOpenAI
 
 from graphs.base import graph_node
 from graphs.importing.configuration import ImportConfiguration
-from graphs.importing.recognition import MAX_NAME_CHARS, PRODUCT_NOUNS, SetRecogniser, is_valid_name, read_page
+from graphs.importing.recognition import MAX_NAME_CHARS, SetRecogniser, is_valid_name, read_page
 from graphs.importing.state import ImportGraphState
+from graphs.vocabulary import PRODUCT_NOUNS
 from services.chat_model import invoke_text
 from services.prompts import load_prompt
 
