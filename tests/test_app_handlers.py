@@ -285,6 +285,19 @@ async def test_comparison_shows_each_sub_question_as_a_nested_step(product_of):
     assert "**来源**：" in reply["output"] and "对照来源核实" in reply["output"]
 
 
+async def test_a_split_question_shows_its_whole_question_as_one_more_nested_step(product_of):
+    s = Session()
+    await s.start()
+    await s.send("Duo S 有多大内存？带不带 WiFi 和蓝牙？")
+    steps = list(s.steps().values())
+    fan_out = next(st for st in steps if st["name"] == "子问题检索")
+    nested = sorted(st["name"] for st in steps if st.get("parentId") == fan_out["id"])
+    assert nested == ["原问题：Duo S 有多大内存？带不带 WiFi 和蓝牙？", "子问题 1：Duo S 有多大内存？",
+                      "子问题 2：Duo S 带不带 WiFi 和蓝牙？"]
+    synthesis = next(st for st in steps if st["name"] == "汇总子问题")
+    assert "2/2 个子问题有相关资料" in synthesis["output"] and "连同原问题的检索结果" in synthesis["output"]
+
+
 async def test_a_failing_node_is_marked_and_the_reply_says_so(product_of, monkeypatch):
     from services.errors import MilvusError
 

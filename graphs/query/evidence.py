@@ -7,6 +7,7 @@ any fault falls back to the offline rule over the scorer's relevance scores.
 from __future__ import annotations
 
 import logging
+from itertools import zip_longest
 
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.product_match import normalize, rank_products
@@ -58,15 +59,19 @@ def unscored_grade() -> dict:
             "method": "unscored"}
 
 
-def offline_grade(top: float, threshold: float) -> dict:
-    """The rule over calibrated scores: the best passage's score against the threshold calibrated
-    on the scale of the scorer that ran. Passages of the confirmed product came back, so they count
-    as relevant; scores say nothing about ambiguity, so the offline rule never asks back."""
+def offline_grade(top: float, threshold: float, floor: float) -> dict:
+    """The rule over calibrated scores: the best passage's score against the threshold and the
+    refusal floor calibrated on the scale of the scorer that ran. Passages of the confirmed product
+    came back, so they count as relevant; scores say nothing about ambiguity, so the offline rule
+    never asks back. Under the threshold but not the floor the evidence is `weak`: after the one
+    rewrite it is answered with a caution instead of "not known"."""
     answerable = top >= threshold
+    reason = f"最相关资料得分 {top:.3f}，{'达到' if answerable else '低于'}作答阈值 {threshold:.3f}"
+    if not answerable:
+        reason += f"，{'不低于' if top >= floor else '低于'}拒答下限 {floor:.3f}"
     return {"relevant": True, "answerable": answerable, "ambiguous": False, "confidence": round(top, 4),
-            "route": "answer" if answerable else "rewrite",
-            "reason": f"最相关资料得分 {top:.3f}，{'达到' if answerable else '低于'}作答阈值 {threshold:.3f}",
-            "missing": "", "follow_up": "", "method": "offline"}
+            "route": "answer" if answerable else "rewrite", "reason": reason, "missing": "", "follow_up": "",
+            "method": "offline", "weak": not answerable and top >= floor}
 
 
 def validate_grade(data: dict) -> dict:
@@ -113,8 +118,12 @@ def resolve_route(grade: dict, has_evidence: bool, *, sub_question: bool, rewrit
     if route == "answer" and not grade["answerable"]:
         route = "rewrite"  # a contradiction: the judged facts win over the judged route
     if route == "rewrite" and (sub_question or rewrites_left <= 0):
-        # no second try left: ask back when the question was ambiguous, otherwise say so
-        route = "clarify" if grade["ambiguous"] and not sub_question else "no_knowledge"
+        # no second try left: ask back when the question was ambiguous, answer with caution what
+        # is weak but above the refusal floor, otherwise say so
+        if grade["ambiguous"] and not sub_question:
+            route = "clarify"
+        else:
+            route = "answer" if grade.get("weak") and not sub_question else "no_knowledge"
     if route == "clarify" and sub_question:
         route = "no_knowledge"  # a sub-question cannot ask the user; the synthesis reports the gap
     return route
@@ -129,7 +138,8 @@ def grade_evidence(cfg: QueryConfiguration, question: str, item_names: list[str]
                  "route": "no_knowledge", "reason": "没有检索到任何资料", "missing": "", "follow_up": "",
                  "method": "no_evidence"}
     else:
-        fallback = (offline_grade(top, cfg.calibration(scorer).answer_threshold) if scores is not None
+        cal = cfg.calibration(scorer)
+        fallback = (offline_grade(top, cal.answer_threshold, cal.refuse_threshold) if scores is not None
                     else unscored_grade())
         grade = model_grade(cfg, question, item_names, docs, fallback) or fallback
     judged = grade["route"]
@@ -140,8 +150,42 @@ def grade_evidence(cfg: QueryConfiguration, question: str, item_names: list[str]
     return grade
 
 
-def strength(grade: dict) -> tuple[bool, float]:
-    return grade.get("route") == "answer", float(grade.get("top_score") or 0.0)
+def interleave(lists: list[list[dict]]) -> list[dict]:
+    """Passages taken in turns from each list, deduplicated (the higher score kept)."""
+    merged: dict[str, dict] = {}
+    for row in zip_longest(*lists):
+        for doc in row:
+            if doc is None:
+                continue
+            key = doc.get("chunk_id") or doc.get("url") or doc.get("content", "")
+            seen = merged.get(key)
+            merged[key] = doc if seen is None else {**seen, "score": max(seen["score"], doc["score"])}
+    return list(merged.values())
+
+
+def merge_evidence(results: list[dict]) -> list[dict]:
+    """The kept passages of a split question's branches as one list: the whole question's own list
+    first, in its order (what the question unsplit would answer from), then the sub-questions'
+    passages in turns, so no sub-question's sources crowd out another's."""
+    whole = [d for r in results if r.get("whole") for d in r["docs"]]
+    parts = interleave([r["docs"] for r in results if not r.get("whole")])
+    return interleave([whole + parts])  # one list: a passage keeps its first place
+
+
+def strength(grade: dict) -> int:
+    """What the evidence supports: 2 an answer, 1 a cautious answer (weak, above the refusal floor),
+    0 none. Only a better decision makes the rewritten set replace the first one: scores a few
+    thousandths apart say nothing, and the first set was found with the user's own words."""
+    if grade.get("route") == "answer" and not grade.get("weak"):
+        return 2
+    return 1 if grade.get("weak") else 0
+
+
+def weak_warning(grade: dict) -> str:
+    """The caution shown with an answer built on weak evidence ("" otherwise)."""
+    if grade.get("route") != "answer" or not grade.get("weak"):
+        return ""
+    return f"资料相关度较低（{grade['confidence']:.2f}），说明书里可能没有直接的答案，回答请对照来源核实。"
 
 
 def no_knowledge_text(item_names: list[str]) -> str:

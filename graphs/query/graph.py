@@ -4,7 +4,8 @@ load_history -> item_name_confirm --(answer already set: ask / refuse)--> answer
                                   \\--> plan --(simple)--> search_embedding  \\
                                                    --> search_hyde        --> rrf -> rerank -> grade
                                                    --> web_search_mcp ----------------/
-                                          \\--(complex: Send per sub-question)--> sub_question -> synthesis -> answer_output
+                                          \\--(complex: Send per sub-question, and the whole question when the
+                                               split keeps its products)--> sub_question -> synthesis -> answer_output
 grade --(answer / clarify / no_knowledge)--> answer_output
       \\--(rewrite, once)--> rewrite_query -> search_rewritten -> grade
 answer_output -> save_history -> END
@@ -32,6 +33,7 @@ from graphs.query.nodes.search_rewritten import node_search_rewritten
 from graphs.query.nodes.sub_question import node_sub_question
 from graphs.query.nodes.synthesis import node_synthesis
 from graphs.query.nodes.web_search import node_web_search_mcp
+from graphs.query.planning import evidence_branches
 from graphs.query.state import QueryGraphState
 
 RECALLS = ["node_search_embedding", "node_search_embedding_hyde", "node_web_search_mcp"]
@@ -45,8 +47,8 @@ def route_after_plan(state: QueryGraphState) -> list[str] | list[Send]:
     subs = state.get("sub_questions") or []
     if not subs:
         return RECALLS
-    return [Send("node_sub_question", {"sub_question": {**sub, "index": i}})
-            for i, sub in enumerate(subs, 1)]
+    return [Send("node_sub_question", {"sub_question": branch})
+            for branch in evidence_branches(state["rewritten_query"], state.get("item_names") or [], subs)]
 
 
 def route_after_grade(state: QueryGraphState) -> str:

@@ -152,6 +152,17 @@ def model_plan(llm: ChatOpenAI, question: str, products: list[str]) -> dict | No
         return None
 
 
+def evidence_branches(question: str, item_names: list[str], subs: list[dict]) -> list[dict]:
+    """What fans out: every sub-question (index 1..n) and, when no sub-question narrows the products
+    (parts or sentences of one question, not one product each), the whole question as well (index
+    0, `whole`): its retrieval is what the question would get unsplit, so the parts can only add
+    passages to it, never lose the one passage that answers several parts at once."""
+    branches = [{**sub, "index": i} for i, sub in enumerate(subs, 1)]
+    if subs and all(sorted(sub["item_names"]) == sorted(item_names) for sub in subs):
+        branches.insert(0, {"question": question, "item_names": list(item_names), "index": 0, "whole": True})
+    return branches
+
+
 def plan_question(question: str, item_names: list[str], known: list[str], llm: ChatOpenAI | None = None) -> dict:
     """{complexity, reason, sub_questions: [{question, item_names}], method, item_names}; with a JSON-mode
     chat model the model plans, offline (or when its reply is unusable) the rules do."""

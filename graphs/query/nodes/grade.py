@@ -1,7 +1,8 @@
 """node_grade: judge the kept passages and decide: answer, one rewrite, ask back, or say it is not known.
 
 After the one rewrite the better of the two evidence sets is kept (both are scored against the same
-question, so their scores compare); still weak means "not known", never a guess.
+question; the rewritten one only when it supports a better decision); still weak means "not known", never a guess, unless the offline
+score is above the calibrated refusal floor: then the answer comes with a caution.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.evidence import (
-    clarify_text, grade_evidence, no_knowledge_text, resolve_route, strength,
+    clarify_text, grade_evidence, no_knowledge_text, resolve_route, strength, weak_warning,
 )
 from graphs.query.state import QueryGraphState
 
@@ -29,7 +30,7 @@ def node_grade(state: QueryGraphState, config: RunnableConfig) -> dict:
     out: dict = {"grade": grade}
     first = state.get("first_evidence")
     if first:
-        if strength(first["grade"]) >= strength(grade):  # the first try was at least as good: keep it
+        if strength(first["grade"]) >= strength(grade):  # the rewrite decided nothing better: keep the first
             kept = first["grade"]
             route = resolve_route(kept, bool(first["docs"]), sub_question=False, rewrites_left=0)
             grade = {**kept, "route": route, "evidence": "first",
@@ -38,6 +39,9 @@ def node_grade(state: QueryGraphState, config: RunnableConfig) -> dict:
         else:
             grade = {**grade, "evidence": "rewritten"}
         out["grade"] = grade
+    caution = weak_warning(grade)
+    if caution:
+        out["warnings"] = [caution]
     if grade["route"] == "no_knowledge":
         out["answer"] = no_knowledge_text(item_names)
     elif grade["route"] == "clarify":

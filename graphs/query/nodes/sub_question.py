@@ -1,4 +1,5 @@
-"""node_sub_question: one sub-question (one per `Send`), retrieved within its own product and graded.
+"""node_sub_question: one sub-question (one per `Send`), retrieved within its own product and graded;
+the whole question of a split that keeps its products runs here too (`whole`).
 
 A sub-question never rewrites. Its own start and end travel as `sub_question` events, so the chat
 shows it as a step nested under the fan-out's step.
@@ -19,7 +20,7 @@ def node_sub_question(state: QueryGraphState, config: RunnableConfig) -> dict:
     cfg = QueryConfiguration.from_runnable_config(config)
     sub = state["sub_question"]
     event = {"type": "sub_question", "index": sub["index"], "question": sub["question"],
-             "item_names": sub["item_names"]}
+             "item_names": sub["item_names"], "whole": bool(sub.get("whole"))}
     emit({**event, "phase": "start"})
     hits = search_chunks(cfg, sub["question"], sub["item_names"])
     kept, info = rank_and_cut(cfg, sub["question"], hits, sub["item_names"])
@@ -28,5 +29,6 @@ def node_sub_question(state: QueryGraphState, config: RunnableConfig) -> dict:
     summary = (f"{'找到资料' if found else '资料不足'}：保留 {len(kept)} 个切片，置信度 {grade['confidence']:.2f}")
     emit({**event, "phase": "end", "summary": summary, "grade": grade, "hits": brief(kept)})
     result = {**sub, "docs": kept, "grade": grade, "rerank_info": info}
-    return {"sub_results": [result], "_summary": f"子问题 {sub['index']}：{summary}",
+    label = "原问题" if sub.get("whole") else f"子问题 {sub['index']}"
+    return {"sub_results": [result], "_summary": f"{label}：{summary}",
             "_detail": {"question": sub["question"], "grade": grade, "hits": brief(kept)}}
