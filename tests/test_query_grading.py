@@ -23,7 +23,7 @@ OFF = {"web_search": False, "hyde": False}
 COMPARE_Q = "SKR MINI E3 V2.0 和 V3.0 的主控芯片有什么区别？"
 MCU = {"BTT SKR MINI E3 V2.0使用手册": "STM32F103RCT6", "BTT SKR MINI E3 V3.0使用手册": "STM32G0B1RET6"}
 WEAK_Q = "Duo S 能不能直接驱动 4K 显示器？"
-GOOD_Q = "Duo S 的以太网口支持 PoE 吗？"
+GOOD_Q = "Duo S 有多大内存？"
 SCORER = "offline:lexical"
 
 
