@@ -19,7 +19,7 @@ from api.models import (
 )
 from api.runs import QueryRuns, ServerBusy, SessionBusy
 from api.uploads import upload_body_limit, upload_part_limit
-from graphs.importing import UploadRejected, discard, enqueue_set, stage_uploads
+from graphs.importing import UploadRejected, discard, enqueue_set, queued_part, stage_uploads
 from services.accounts import Identity
 from services.errors import StorageError
 from services.history_store import get_history_store
@@ -68,7 +68,12 @@ def upload(user: Editor, files: Annotated[list[UploadFile], File(description="�
         by_name = {s.name: per_file[f.filename] for s, f in zip(staged, files) if f.filename in per_file}
         return {"task_ids": enqueue_set(staged, (product or "").strip() or None, by_name, updated_by=user.name)}
     except StorageError as exc:
-        discard(staged)
+        queued = queued_part(exc)  # a set that broke off part way: the queued files go on
+        discard([s for s in staged if s.task_id not in queued])
+        if queued:
+            names = "、".join(s.display_name for s in staged if s.task_id not in queued)
+            return error_response(503, f"只有部分文件排上了导入队列（任务 {'、'.join(queued)} 会照常导入），"
+                                       f"{names} 没有开始导入：{exc.message}")
         return error_response(503, f"导入任务无法创建，没有开始导入：{exc.message}")
 
 

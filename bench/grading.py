@@ -19,22 +19,18 @@ import sys
 import time
 from pathlib import Path
 
-from collections import defaultdict
-
 from bench.common import (
     RETRIEVAL_OPTIONS, SPLIT_SEED, calibration_half, docs_qa_args, expand_docs, first_relevant_rank, import_docs,
     isolated_data_dir, md_table, run_cli, write_json,
 )
 from bench.retrieval import DocIndex, load_qa
-from graphs.query.evidence import answer_threshold, strip_products
+from bench.sections import with_sections
+from graphs.query.calibration import calibration as configured_calibration
+from graphs.query.evidence import strip_products
 from graphs.query.graph import build_query_graph
 from graphs.query.product_match import tokens
 from graphs.query.runner import initial_state
 from services.settings import get_settings
-from services.vector_store import eq_filter, get_vector_store
-
-SECTION_MIN_HITS = 2
-SECTION_FIELDS = ["chunk_id", "content", "title", "parent_title", "doc_id", "item_name"]
 
 
 def split_questions(questions: list, seed: int = SPLIT_SEED) -> tuple[list, list]:
@@ -107,34 +103,6 @@ def record(q, kind: str, product: str | None = None, expected: set[str] | None =
             "sections": sections}
 
 
-def with_sections(docs: list[dict], max_chars: int) -> list[dict]:
-    """Kept passages with every group of SECTION_MIN_HITS+ sharing (document, parent heading)
-    replaced, at its best passage's place, by the whole section (its heading's own passage and every
-    passage under it, in document order) when that fits in `max_chars`."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for d in docs:
-        if d.get("doc_id") and d.get("parent_title"):
-            groups[(d["doc_id"], d["parent_title"])].append(d)
-    store = get_vector_store()
-    out, done = [], set()
-    for d in docs:
-        key = (d.get("doc_id"), d.get("parent_title"))
-        if len(groups.get(key, [])) < SECTION_MIN_HITS:
-            out.append(d)
-            continue
-        if key in done:
-            continue
-        done.add(key)
-        rows = [r for r in store.query(store.chunks, eq_filter("doc_id", key[0]), SECTION_FIELDS)
-                if r["parent_title"] == key[1] or r["title"] == key[1]]
-        text = "\n\n".join(r["content"] for r in sorted(rows, key=lambda r: int(r["chunk_id"])))
-        if len(text) > max_chars:
-            out.extend(groups[key])
-        else:
-            out.append({**d, "title": key[1], "content": text})
-    return out
-
-
 def in_context(docs: list[dict], evidence: list[str], budget: int) -> bool:
     """Evidence in one source of the context the answer node builds (whole sources within budget)."""
     shown, used = [], 0
@@ -160,6 +128,20 @@ def calibrate(rows: list[dict]) -> dict:
     below = [x for x in pos + neg if x < best[1]]
     threshold = (best[1] + max(below)) / 2 if below else best[1]
     return {"threshold": round(threshold, 4), "youden_j": round(best[0], 4), "positives": len(pos), "negatives": len(neg)}
+
+
+def calibrate_floor(rows: list[dict]) -> dict:
+    """The score under which the first retrieval is no answer even after the rewrite: the highest
+    that keeps every answerable question whose evidence was found, halfway between the lowest of
+    them and the highest foreign score below it."""
+    pos = [r["first_top"] for r in rows if r["kind"] == "answerable" and r["first_hit"]]
+    neg = [r["first_top"] for r in rows if r["kind"] == "foreign" and r["branch"] == "confirmed"]
+    lowest = min(pos, default=0.0)
+    below = [n for n in neg if n < lowest]
+    floor = (lowest + max(below)) / 2 if below else lowest
+    return {"floor": round(floor, 4), "lowest_answerable": round(lowest, 4),
+            "foreign_below": round(max(below, default=0.0), 4),
+            "foreign_kept_out": round(len(below) / max(1, len(neg)), 4)}
 
 
 def figures(rows: list[dict], graded: bool) -> dict:
@@ -192,13 +174,17 @@ def report_markdown(report: dict) -> str:
     rows = [[name, f["hit_rate"], f["answer_at_evidence"], f["false_answers"], f["rewrites"]]
             for name, f in (("不评估（每次检索都作答）", report["without_grading"]),
                             ("证据评估＋一次改写", report["with_grading"]))]
-    cal, sec = report["calibration"], report["parent_sections"]
+    cal, sec, floor = report["calibration"], report["parent_sections"], report["floor"]
     return "\n".join([
         "# 证据评估与改写评测", "",
         f"问答集 {report['qa_file']}，固定种子 {SPLIT_SEED} 对半拆分：校准 {report['calibration_questions']} 题，"
         f"报告 {report['report_questions']} 题（下表只用报告部分）。", "",
         f"校准部分选出的阈值 {cal['threshold']:.4f}（J={cal['youden_j']}，正例 {cal['positives']}、反例 "
         f"{cal['negatives']}）；图中使用的阈值 {report['threshold_in_use']:.4f}。", "",
+        f"改写后仍低于作答阈值时，不低于拒答下限才作答（注明资料相关度较低）。校准部分选出的下限 "
+        f"{floor['floor']:.4f}（找到证据的可答题最低 {floor['lowest_answerable']:.4f}，其下最高的别家产品题 "
+        f"{floor['foreign_below']:.4f}，别家产品题中 {floor['foreign_kept_out']:.0%} 低于它）；图中使用的下限 "
+        f"{report['floor_in_use']:.4f}。", "",
         md_table(["系统", "命中率", "answer@evidence", "误答率（换成别家产品）", "改写次数"], rows), "",
         "## 父级章节", "",
         md_table(["", "证据在上下文中", "平均上下文字数"],
@@ -215,7 +201,7 @@ def run(docs: list[str | Path], qa: str | Path, out: str | Path, data_dir: str |
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with isolated_data_dir(data_dir, keep=keep_data):
-        results = import_docs(files, log)
+        results = import_docs(files, log, roots=docs)  # a folder's files recognised together, as bench.retrieval does
         products = sorted({r.item_name for r in results})
         index = DocIndex(results)
         questions = [q for q in questions if index.products(q.docs)]
@@ -233,7 +219,9 @@ def run(docs: list[str | Path], qa: str | Path, out: str | Path, data_dir: str |
         scorer = next((r["scorer"] for r in rows["report"] if r["scorer"]), "")
     report = {"qa_file": str(qa), "seed": SPLIT_SEED, "calibration_questions": len(calibration),
               "report_questions": len(held), "calibration": calibrate(rows["calibration"]),
-              "threshold_in_use": answer_threshold(scorer), "scorer": scorer,
+              "floor": calibrate_floor(rows["calibration"]),
+              "floor_in_use": configured_calibration(scorer=scorer).refuse_threshold,
+              "threshold_in_use": configured_calibration(scorer=scorer).answer_threshold, "scorer": scorer,
               "without_grading": figures(rows["report"], graded=False),
               "with_grading": figures(rows["report"], graded=True),
               "parent_sections": section_figures(rows["report"]),

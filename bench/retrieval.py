@@ -3,10 +3,13 @@
     python -m bench.retrieval --docs PATH... [--qa FILE.jsonl ...] --out DIR
 
 The documents are imported into a fresh data dir through the real import graph; every question runs
-through the real query graph up to the answer node (product confirmation -> dense + BM25 recall ->
-RRF -> rerank and cliff cut-off). Baselines search the same documents, unfiltered, as a naive RAG
-would. Each QA set is split into a calibration half and a held half; the held half is what counts,
-and a full pipeline below the best single retriever there is printed as FAIL.
+through the real query graph up to the answer node (product confirmation -> planning -> dense + BM25
+recall -> RRF -> rerank and cliff cut-off -> evidence grading with its one rewrite; a split question
+through its sub-questions and the synthesis). Baselines search the same documents, unfiltered, as a
+naive RAG would. The full pipeline is also measured without grading and the rewrite (its first
+retrieval) and with parent sections. Each QA set is split into a calibration half and a held half;
+the held half is what counts, and a full pipeline there below the best single retriever, or below
+itself without grading, is printed as FAIL.
 """
 from __future__ import annotations
 
@@ -25,14 +28,16 @@ from bench.common import (
     fmt, md_table, node_latency, node_seconds, percentiles, pyplot, rank_metrics, retrieval_path, run_cli, squash,
     targets_table, work_markdown, write_json,
 )
+from bench.sections import with_sections
 from graphs.importing.chunking import html_to_markdown, normalize_newlines, split_markdown
-from graphs.importing.nodes.document_split import MAX_CONTENT_LENGTH, MIN_CONTENT_LENGTH
-from graphs.importing.nodes.embedding import embed_text
+from graphs.importing.chunking import MAX_CONTENT_LENGTH, MIN_CONTENT_LENGTH, embed_text
 from graphs.query.calibration import calibration
+from graphs.query.configuration import QueryConfiguration
+from graphs.query.evidence import merge_evidence
 from graphs.query.extractive import extractive_answer
-from graphs.query.nodes.rerank import merge_sources
-from graphs.query.retrieval import rerank_order, search_chunks
+from graphs.query.retrieval import merge_sources, rerank_order, search_chunks
 from services.embeddings import get_embedder
+from services.settings import get_settings
 from services.vector_store import in_filter, get_vector_store
 
 EXPECTS = ("confirm", "ask", "refuse")
@@ -50,11 +55,19 @@ SYSTEMS = {
     "bm25": "基线3：本系统切片＋纯BM25",
     "hybrid": "基线4：本系统切片＋加权混合检索0.8/0.2（无精排）",
     "recall": "基线5：本系统切片＋校准后的召回融合（无精排）",
-    "pipeline": "完整流程：产品确认＋召回融合＋精排",
+    "pipeline": "完整流程：产品确认＋召回融合＋精排＋证据评估与一次改写",
     "given_product": "参考：产品已知时的召回融合＋精排（不计产品判定）",
 }
 # The single retrievers the full pipeline must never fall behind.
 SINGLES = ("dense", "bm25", "hybrid", "recall")
+# The full pipeline with and without its later stages; the graded one (SYSTEMS["pipeline"]) must not
+# fall behind the ungraded one either. Parent sections are measured, not part of the query graph.
+VARIANTS = {
+    "pipeline_ungraded": "完整流程，不做证据评估与改写（第一次检索的精排结果）",
+    "pipeline": "完整流程，证据评估＋一次改写（回答所用的资料）",
+    "ungraded_sections": "不做证据评估与改写＋父级章节",
+    "pipeline_sections": "证据评估＋一次改写＋父级章节",
+}
 SPLIT_SYSTEMS = {
     "seed_hybrid": "种子规则切分＋混合检索", "seed_rerank": "种子规则切分＋混合检索＋精排",
     "smart_hybrid": "本系统切分＋混合检索", "smart_rerank": "本系统切分＋混合检索＋精排",
@@ -182,7 +195,10 @@ def build_collections(results, log) -> dict:
 
 def rerank(query: str, docs: list[dict], item_names: list[str] | None) -> list[dict]:
     """Docs in node_rerank's order (the same function)."""
-    return [d for _, d in rerank_order(query, docs, item_names)[0]] if docs else []
+    if not docs:
+        return []
+    cfg = QueryConfiguration()
+    return [d for _, d in rerank_order(cfg.reranker, query, docs, item_names, cfg.calibration())[0]]
 
 
 def contents(hits: list[dict]) -> list[str]:
@@ -191,16 +207,56 @@ def contents(hits: list[dict]) -> list[str]:
 
 # -- one question ------------------------------------------------------------------------------
 
+def evidence_stages(state: dict, query: str) -> dict[str, list[dict]]:
+    """The evidence before and after grading with its one rewrite: "first" / "final" in full order
+    (node_rerank keeps only the prefix above the cliff, so the order is recomputed the same way),
+    "first_kept" / "final_kept" as the graph kept them. "final" is empty when the grade says not to
+    answer. A split question's branches are merged as node_synthesis merges them."""
+    items = state.get("item_names")
+    answered = (state.get("grade") or {}).get("route") == "answer"
+    results = state.get("sub_results") or []
+    if results:
+        first = merge_evidence([r for r in results if r["docs"]])
+        final = (state.get("reranked_docs") or []) if answered else []
+        return {"first": first, "first_kept": first, "final": final, "final_kept": final}
+    first = rerank(query, merge_sources(state.get("rrf_chunks") or [], state.get("web_search_docs") or []), items)
+    first_kept = (state.get("first_evidence") or {}).get("docs") or state.get("reranked_docs") or []
+    final = first
+    if (state.get("grade") or {}).get("evidence") == "rewritten":
+        final = rerank(query, search_chunks(QueryConfiguration(), state["rewrite"]["query"], items), items)
+    return {"first": first, "first_kept": first_kept, "final": final if answered else [],
+            "final_kept": (state.get("reranked_docs") or []) if answered else []}
+
+
+def first_top(state: dict) -> float | None:
+    """The first grade's best passage score (a split question: its best branch's), which the
+    grading thresholds are compared with."""
+    results = state.get("sub_results") or []
+    grade = (state.get("first_evidence") or {}).get("grade") or state.get("grade") or {}
+    tops = [r["grade"].get("top_score", 0.0) for r in results] if results else [grade.get("top_score")]
+    return max((t for t in tops if t is not None), default=None)
+
+
+def has_evidence(query: str, docs: list[dict], evidence: list[str]) -> bool:
+    """Does the offline answer node_answer_output would give from these sources (the same function)
+    carry every evidence string?"""
+    answer = extractive_answer(query, docs)[0] if docs else ""
+    shown = QUOTE_MARK.sub("", answer)  # the blockquote markers are layout, not text
+    return all(squash(e) in squash(shown) for e in evidence)
+
+
 def evaluate(q: Question, expected: set[str], part: str) -> dict:
     state, seconds = retrieval_path(q.question)
     branch = state.get("branch", "")
     got = BRANCH_TO_EXPECT.get(branch, branch)
     kept = state.get("reranked_docs") or []
-    # node_rerank keeps only the prefix above the cliff; its full order is recomputed the same way.
-    ordered = rerank(state.get("rewritten_query") or q.question,
-                     merge_sources(state.get("rrf_chunks") or [], state.get("web_search_docs") or []),
-                     state.get("item_names"))
-    consistent = [d.get("chunk_id") for d in ordered[:len(kept)]] == [d.get("chunk_id") for d in kept]
+    query = state.get("rewritten_query") or q.question
+    stages = evidence_stages(state, query) if got == "confirm" else {}
+    # the recomputed order of a simple question against the prefix node_rerank kept
+    consistent = None
+    if got == "confirm" and not state.get("sub_results"):
+        consistent = [d.get("chunk_id") for d in stages["first"][:len(stages["first_kept"])]] == \
+            [d.get("chunk_id") for d in stages["first_kept"]]
     rec = {
         "id": q.id, "part": part, "question": q.question, "expect": q.expect, "docs": q.docs,
         "expected_products": sorted(expected), "branch": branch, "decision": got,
@@ -208,6 +264,11 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
         "item_names": state.get("item_names") or [], "candidates": state.get("candidates") or [],
         "kept": len(kept), "rerank_consistent": consistent, "seconds": round(seconds, 4),
         "nodes": node_seconds(state), "ranks": {},
+        "complexity": (state.get("plan") or {}).get("complexity", ""),
+        "sub_questions": [s["question"] for s in state.get("sub_questions") or []],
+        "route": (state.get("grade") or {}).get("route", ""), "rewrote": bool(state.get("rewrite")),
+        "evidence_used": (state.get("grade") or {}).get("evidence", ""),
+        "first_top": first_top(state),
     }
     if q.expect == "confirm":
         rec["product_ok"] = got == "confirm" and set(rec["item_names"]) == expected
@@ -224,9 +285,9 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
         "bm25": store.sparse_search(store.chunks, vec, q.question, limit=TOP_K, fields=FIELDS),
         "hybrid": store.hybrid_search(store.chunks, vec, q.question, limit=TOP_K, weights=SEED_WEIGHTS,
                                       fields=FIELDS),
-        "recall": search_chunks(q.question, None, limit=TOP_K),
-        "pipeline": ordered if got == "confirm" else [],
-        "given_product": rerank(q.question, search_chunks(q.question, sorted(expected)), sorted(expected)),
+        "recall": search_chunks(QueryConfiguration(), q.question, None, limit=TOP_K),
+        "given_product": rerank(q.question, search_chunks(QueryConfiguration(), q.question, sorted(expected)),
+                                sorted(expected)),
     }
     # Seed vs smart splitting: the pipeline's retrieval once the right product is confirmed.
     expr = in_filter("item_name", sorted(expected))
@@ -234,12 +295,17 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
         hits = store.hybrid_search(name, vec, q.question, expr=expr, limit=TOP_K, weights=SEED_WEIGHTS, fields=FIELDS)
         lists[f"{mode}_hybrid"] = hits
         lists[f"{mode}_rerank"] = rerank(q.question, hits, sorted(expected))
+    budget = get_settings().max_context_chars // 2  # one section may take half the context
+    answers: dict[str, list[dict]] = {}
+    for name, stage in (("pipeline_ungraded", "first"), ("pipeline", "final")):
+        order, sources = stages.get(stage, []), stages.get(f"{stage}_kept", [])
+        sectioned = "pipeline_sections" if stage == "final" else "ungraded_sections"
+        lists[name], lists[sectioned] = order, with_sections(order[:TOP_K], budget)
+        answers[name], answers[sectioned] = sources, with_sections(sources, budget)
     rec["ranks"] = {k: first_relevant_rank(contents(v), q.evidence) for k, v in lists.items()}
     rec["hit_after_cutoff"] = first_relevant_rank(contents(kept), q.evidence) is not None
-    # The offline answer node_answer_output would give (the same function, on the kept sources).
-    answer = extractive_answer(state.get("rewritten_query") or q.question, kept)[0] if got == "confirm" else ""
-    shown = QUOTE_MARK.sub("", answer)  # the blockquote markers are layout, not text
-    rec["answer_has_evidence"] = all(squash(e) in squash(shown) for e in q.evidence)
+    rec["answers"] = {k: has_evidence(query, docs, q.evidence) for k, docs in answers.items()}
+    rec["answer_has_evidence"] = rec["answers"]["pipeline"]
     return rec
 
 
@@ -256,16 +322,24 @@ def best_possible(rows: list[dict], questions: list[Question]) -> float | None:
     return share(ok)
 
 
+def below(value: float | None, floor: float | None) -> bool:
+    return floor is not None and (value is None or value < floor)
+
+
 def part_summary(records: list[dict]) -> dict:
-    """One half of a QA set: every system's metrics, the best single retriever, answer@evidence."""
+    """One half of a QA set: every system's metrics, the best single retriever, answer@evidence, and
+    the pipeline's variants (with and without grading, with and without parent sections)."""
     scored = [r for r in records if r["ranks"]]
     systems = {k: {"label": label, **rank_metrics([r["ranks"][k] for r in scored])} for k, label in SYSTEMS.items()}
-    pipe = systems["pipeline"]
-    best = {m: max((systems[k][m] for k in SINGLES if systems[k][m] is not None), default=None)
-            for m in ("hit@5", f"mrr@{TOP_K}")}
-    failed = [m for m, v in best.items() if v is not None and (pipe[m] is None or pipe[m] < v)]
-    return {"questions": len(scored), "systems": systems, "best_single": best, "fails": failed,
-            "answer_at_evidence": share([r["answer_has_evidence"] for r in scored]),
+    variants = {k: {"label": label, **rank_metrics([r["ranks"][k] for r in scored]),
+                    "answer_at_evidence": share([r["answers"][k] for r in scored])} for k, label in VARIANTS.items()}
+    pipe, ungraded = systems["pipeline"], variants["pipeline_ungraded"]
+    measures = ("hit@5", f"mrr@{TOP_K}")
+    best = {m: max((systems[k][m] for k in SINGLES if systems[k][m] is not None), default=None) for m in measures}
+    return {"questions": len(scored), "systems": systems, "best_single": best,
+            "fails": [m for m in measures if below(pipe[m], best[m])],
+            "stage_fails": [m for m in (*measures, "answer_at_evidence") if below(variants["pipeline"][m], ungraded[m])],
+            "variants": variants, "answer_at_evidence": share([r["answer_has_evidence"] for r in scored]),
             "decision_accuracy": share([r["decision_ok"] for r in records])}
 
 
@@ -294,7 +368,8 @@ def summarise(records: list[dict], questions: list[Question], built: dict) -> di
                 "hit_after_cutoff": share([r["hit_after_cutoff"] for r in scored]),
                 "avg_kept": round(sum(r["kept"] for r in scored if r["decision"] == "confirm")
                                   / max(1, sum(1 for r in scored if r["decision"] == "confirm")), 2),
-                "rerank_order_consistent": share([r["rerank_consistent"] for r in records]),
+                "rerank_order_consistent": share([r["rerank_consistent"] for r in records
+                                                  if r["rerank_consistent"] is not None]),
             },
         },
         "splitting": {"systems": splits, "chunks": split_info, "smart_matches_import": built["smart_matches_import"]},
@@ -349,11 +424,22 @@ METRIC_HEADERS = ["系统", *[f"hit@{k}" for k in K_VALUES], f"MRR@{TOP_K}"]
 
 
 def fail_lines(name: str, summary: dict) -> list[str]:
-    """FAIL when the full pipeline is below the best single retriever on a held half."""
+    """FAIL when the full pipeline is below the best single retriever on a held half, or below
+    itself without grading and the rewrite."""
     held = summary["parts"]["held"]
     pipe = held["systems"]["pipeline"]
-    return [f"FAIL {name}（留出集）：完整流程 {m} {fmt(pipe[m])} 低于最好的单一检索 {fmt(held['best_single'][m])}"
-            for m in held["fails"]]
+    lines = [f"FAIL {name}（留出集）：完整流程 {m} {fmt(pipe[m])} 低于最好的单一检索 {fmt(held['best_single'][m])}"
+             for m in held["fails"]]
+    graded, ungraded = (held["variants"][k] for k in ("pipeline", "pipeline_ungraded"))
+    return lines + [f"FAIL {name}（留出集）：完整流程 {m} {fmt(graded[m])} 低于不做证据评估与改写时的 {fmt(ungraded[m])}"
+                    for m in held.get("stage_fails", [])]
+
+
+VARIANT_HEADERS = [*METRIC_HEADERS, "answer@evidence"]
+
+
+def variant_rows(variants: dict) -> list[list]:
+    return [[*row, v["answer_at_evidence"]] for row, v in zip(metric_rows(variants), variants.values())]
 
 
 def headline(name: str, report: dict) -> str:
@@ -367,7 +453,9 @@ def headline(name: str, report: dict) -> str:
         md_table(METRIC_HEADERS, metric_rows(held["systems"])),
         f"留出集离线回答含证据（answer@evidence）{fmt(held['answer_at_evidence'])}；"
         f"最好的单一检索 hit@5 {fmt(held['best_single']['hit@5'])}，MRR@10 {fmt(held['best_single'][f'mrr@{TOP_K}'])}",
-        *(fail_lines(name, s) or [f"OK {name}（留出集）：完整流程不低于任何单一检索"]),
+        *(fail_lines(name, s) or [f"OK {name}（留出集）：完整流程不低于任何单一检索，也不低于不做证据评估与改写时"]),
+        "留出集：完整流程有无证据评估＋一次改写、有无父级章节（命中 2 个以上同一章节的切片时换成整节）",
+        md_table(VARIANT_HEADERS, variant_rows(held["variants"])),
         f"全部 {s['retrieval']['questions']} 题：",
         md_table(METRIC_HEADERS, metric_rows(s["retrieval"]["systems"])),
         f"完整流程截断后命中率 {cut['hit_after_cutoff']}，平均保留 {cut['avg_kept']} 条",
@@ -397,7 +485,12 @@ def report_markdown(report: dict) -> str:
         md_table(METRIC_HEADERS, metric_rows(s["parts"]["held"]["systems"])), "",
         f"- 离线回答（不用大模型的摘录）包含全部证据串的比例（answer@evidence）：{fmt(s['parts']['held']['answer_at_evidence'])}"
         f"（校准的一半：{fmt(s['parts']['calibration']['answer_at_evidence'])}）",
-        *[f"- {line}" for line in fail_lines(report["name"], s)],
+        *[f"- {line}" for line in fail_lines(report["name"], s)], "",
+        "### 留出集：证据评估＋一次改写、父级章节", "",
+        "“证据评估＋一次改写”按回答实际使用的资料计：评估判为不作答（没有资料、反问）的题记为未命中；"
+        "改写后的检索被采用时，按改写后的检索重算完整顺序。“父级章节”：前 10 条里有 2 个以上切片同属一个章节时，"
+        "在其中最靠前的位置换成整节（不超过上下文预算的一半），只是测量，查询图里没有采用。", "",
+        md_table(VARIANT_HEADERS, variant_rows(s["parts"]["held"]["variants"])),
         "", f"## 检索命中（全部 {s['retrieval']['questions']} 道有证据的题）", "",
         "相关 = 切片包含该题全部证据串（忽略大小写和空白）。基线不做产品过滤，在全部文档中检索；"
         "完整流程用它确认的产品过滤后再精排，判成反问/拒答的题记为未命中。"

@@ -6,16 +6,64 @@ the Chainlit app, the HTTP API and the CLI without module-level session dictiona
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import operator
 import time
-from typing import Annotated, Callable
+from typing import Annotated, Any, Callable, Generic, Self, TypeVar
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 
 from services.errors import ImportProcessError
+from services.settings import Settings, get_settings
 
+# Lists that several nodes (or parallel branches) add to: each node returns only its new items.
 NodeLog = Annotated[list[dict], operator.add]
+Warnings = Annotated[list[str], operator.add]
+
+
+T = TypeVar("T")
+
+
+class Service(Generic[T]):
+    """A configuration's service: the one handed in under this name, else the process's own for the
+    configuration's settings, made on first use (a node that does not need the reranker never loads it)."""
+
+    def __init__(self, factory: Callable[[Settings], T]):
+        self.factory = factory
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, cfg: "Configuration | None", owner: type | None = None) -> T:
+        if cfg is None:
+            return self  # type: ignore[return-value]  # the class attribute itself
+        found = cfg.given.get(self.name)
+        return found if found is not None else self.factory(cfg.settings)
+
+
+class Configuration:
+    """The settings and services a graph's nodes use, read from LangGraph's configuration
+    (`config["configurable"]`): a caller or a test passes its own settings or service objects and the
+    environment is never consulted for them. Subclasses declare their services as `Service` fields."""
+
+    def __init__(self, settings: Settings | None = None, **services: Any):
+        unknown = set(services) - self.service_names()
+        if unknown:
+            raise TypeError(f"unknown services: {sorted(unknown)}")
+        self.settings = settings or get_settings()
+        self.given = {k: v for k, v in services.items() if v is not None}
+
+    @classmethod
+    def service_names(cls) -> set[str]:
+        return {name for klass in cls.__mro__ for name, v in vars(klass).items() if isinstance(v, Service)}
+
+    @classmethod
+    def from_runnable_config(cls, config: RunnableConfig | None = None) -> Self:
+        configurable = (config or {}).get("configurable") or {}
+        names = cls.service_names()
+        return cls(settings=configurable.get("settings"), **{k: v for k, v in configurable.items() if k in names})
 
 
 def emit(event: dict) -> None:
@@ -28,21 +76,25 @@ def emit(event: dict) -> None:
 
 
 def graph_node(graph: str, name: str, label: str, error_cls: type[ImportProcessError] = ImportProcessError):
-    """Wrap a node body `fn(state) -> partial state`.
+    """Wrap a node body `fn(state[, config]) -> partial state`. LangGraph passes `config` (typed
+    `RunnableConfig`) when the body's signature names it; the body reads its graph's configuration
+    from it.
 
     The body may add `_summary` (short Chinese text for the UI), `_status` ("ok" | "skipped") and
     `_detail` (structured data for the UI) to its result; they become one `node_log` entry.
     """
     log = logging.getLogger(f"{graph}.{name}")
 
-    def deco(fn: Callable[[dict], dict]):
+    def deco(fn: Callable[..., dict]):
+        takes_config = "config" in inspect.signature(fn).parameters
+
         @functools.wraps(fn)
-        def wrapper(state: dict) -> dict:
+        def wrapper(state: dict, config: RunnableConfig | None = None) -> dict:
             emit({"type": "node_start", "node": name, "label": label})
             started = time.perf_counter()
             log.info("start")
             try:
-                out = dict(fn(state) or {})
+                out = dict((fn(state, config) if takes_config else fn(state)) or {})
             except ImportProcessError as exc:
                 exc.node = exc.node or name
                 log.warning("failed: %s", exc)

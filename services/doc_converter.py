@@ -10,6 +10,7 @@ import base64
 import binascii
 import re
 import shutil
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -82,6 +83,14 @@ def convert_to_markdown(path: Path, kind: str, out_dir: Path, *, max_bytes: int,
     if kind not in converters:
         raise _fail(f"无法转换“{path.name}”：不支持的类型 {kind}")
     return converters[kind](path, out_dir, max_bytes=max_bytes, resolve_image=resolve_image)
+
+
+def markdown_of(path: Path, kind: str, *, max_bytes: int) -> str:
+    """The Markdown a document converts to, for reading only: its pictures are not resolved and
+    nothing it writes is kept."""
+    with tempfile.TemporaryDirectory() as tmp:
+        converted = convert_to_markdown(path, kind, Path(tmp), max_bytes=max_bytes, resolve_image=lambda _src: None)
+        return converted.md_path.read_text(encoding="utf-8")
 
 
 # --- plain text --------------------------------------------------------------------------------

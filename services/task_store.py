@@ -4,6 +4,9 @@ Kept in the database rather than in memory so that /status survives a restart an
 (app replicas, queue workers) sees the same tasks. A running task holds a lease that its process
 renews; a task whose lease ran out belongs to a process that died, and only then is it handed on
 (`expired` / `hand_on`): never because some other process started.
+
+A task's `steps` list what happened in its current attempt (node start / end / error, progress
+lines), so that a viewer in any process (the chat) can replay its progress from the store alone.
 """
 from __future__ import annotations
 
@@ -54,8 +57,8 @@ class TaskStore:
         `job` is what a queue worker needs to run it again from scratch; without one it cannot be retried."""
         now = now_ts()
         doc = {"task_id": task_id, "status": PENDING, "file_name": file_name, "product": product, "by": by,
-               "done_list": [], "running_list": [], "error": "", "result": None, "created": now, "updated": now,
-               "job": job, "attempts": 0, "worker": "", "lease_until": None}
+               "done_list": [], "running_list": [], "steps": [], "error": "", "result": None,
+               "created": now, "updated": now, "job": job, "attempts": 0, "worker": "", "lease_until": None}
         with self._tasks("创建导入任务") as tasks:
             tasks.replace_one({"task_id": task_id}, doc, upsert=True)
         return _public(doc)
@@ -72,7 +75,7 @@ class TaskStore:
         query = {"task_id": task_id, "$or": [{"status": PENDING},
                                              {"status": PROCESSING, "lease_until": {"$lt": now}}]}
         update = {"$set": {"status": PROCESSING, "worker": worker_id(), "lease_until": now + lease_s, "updated": now,
-                           "done_list": [], "running_list": [], "error": ""}, "$inc": {"attempts": 1}}
+                           "done_list": [], "running_list": [], "steps": [], "error": ""}, "$inc": {"attempts": 1}}
         with self._tasks("领取导入任务") as tasks:
             if not tasks.update_one(query, update).matched_count:
                 return None
@@ -137,14 +140,23 @@ class TaskStore:
             changed = tasks.update_one({**expired, "attempts": attempts}, {"$set": {**update, "updated": now}})
             return outcome if changed.matched_count else None
 
-    def node_started(self, task_id: str, node: str) -> None:
-        self._update(task_id, {"$addToSet": {"running_list": node}}, "记录节点开始")
+    def node_started(self, task_id: str, node: str, label: str = "") -> None:
+        self._update(task_id, {"$addToSet": {"running_list": node},
+                               "$push": {"steps": {"type": "node_start", "node": node, "label": label or node}}},
+                     "记录节点开始")
 
-    def node_finished(self, task_id: str, node: str) -> None:
-        self._update(task_id, {"$pull": {"running_list": node}, "$addToSet": {"done_list": node}}, "记录节点完成")
+    def node_finished(self, task_id: str, node: str, label: str = "", summary: str = "", seconds: float = 0.0) -> None:
+        step = {"type": "node_end", "node": node, "label": label or node, "summary": summary, "seconds": seconds}
+        self._update(task_id, {"$pull": {"running_list": node}, "$addToSet": {"done_list": node},
+                               "$push": {"steps": step}}, "记录节点完成")
+
+    def node_failed(self, task_id: str, node: str, label: str = "", error: str = "") -> None:
+        step = {"type": "node_error", "node": node, "label": label or node, "error": error}
+        self._update(task_id, {"$pull": {"running_list": node}, "$push": {"steps": step}}, "记录节点失败")
 
     def progress(self, task_id: str, text: str) -> None:
-        self._update(task_id, {"$set": {"progress": text}}, "记录任务进度")
+        self._update(task_id, {"$set": {"progress": text}, "$push": {"steps": {"type": "progress", "text": text}}},
+                     "记录任务进度")
 
     def complete(self, task_id: str, result: dict) -> None:
         self._update(task_id, {"$set": {"status": COMPLETED, "result": result, "running_list": [],
@@ -158,6 +170,11 @@ class TaskStore:
         with self._tasks("读取导入任务") as tasks:
             doc = tasks.find_one({"task_id": task_id})
         return _public(doc) if doc else None
+
+    def get_many(self, task_ids: list[str]) -> dict[str, dict]:
+        """The tasks of these ids that exist, by id (one read, for a viewer following several)."""
+        with self._tasks("读取导入任务") as tasks:
+            return {doc["task_id"]: _public(doc) for doc in tasks.find({"task_id": {"$in": list(task_ids)}})}
 
     def ping(self) -> bool:
         return self.db.ping()

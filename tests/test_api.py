@@ -24,7 +24,7 @@ from services.settings import get_settings
 from services.task_store import TaskStore
 
 DUO_MD, DUOS_MD = CORPUS_DOCS[0], CORPUS_DOCS[2]
-ALL_NODES = {"node_item_name_confirm", "node_plan", "node_search_embedding", "node_search_embedding_hyde",
+ALL_NODES = {"node_load_history", "node_save_history", "node_item_name_confirm", "node_plan", "node_search_embedding", "node_search_embedding_hyde",
              "node_web_search_mcp", "node_rrf", "node_rerank", "node_grade", "node_answer_output"}
 
 
@@ -164,7 +164,7 @@ def test_stream_is_incremental_and_follows_the_seed_protocol(api, api_server, mo
     assert deltas[0].at - events[0].at > 0.8
     assert deltas[-1].at > deltas[0].at
     progress = [e.data for e in events if e.name == "progress"]
-    assert progress[0]["running_list"] == ["node_item_name_confirm"] and progress[0]["done_list"] == []
+    assert progress[0]["running_list"] == ["node_load_history"] and progress[0]["done_list"] == []
     assert set(progress[-1]["done_list"]) == ALL_NODES and progress[-1]["running_list"] == []
     first_delta = names.index("delta")
     assert "node_rerank" in events[first_delta - 1].data["done_list"]  # retrieval finished before answering

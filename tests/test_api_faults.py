@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import graphs.query.nodes.answer_output as answer_output
-import graphs.query.nodes.item_name_confirm as item_name_confirm
+import graphs.query.configuration as query_configuration
 from api import health as api_health, routes as api_routes
 from api_fixtures import (  # noqa: F401 (fixtures)
     ANSWER, api, api_server, ask_stream, model, wait_task,
@@ -129,7 +128,7 @@ def _files_under(folder: Path) -> list[Path]:
 
 def test_history_store_down_still_streams_the_answer_with_warnings(api, monkeypatch, caplog, product_of):
     down = HistoryStore(db=_DownDatabase())
-    for module in (item_name_confirm, answer_output, api_routes):
+    for module in (query_configuration, api_routes):
         monkeypatch.setattr(module, "get_history_store", lambda settings=None: down)
     for module in (api_routes, import_jobs):
         monkeypatch.setattr(module, "get_task_store", lambda settings=None: TaskStore(db=_DownDatabase()))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -24,8 +26,11 @@ from chainlit.user import User
 
 import app
 import chainlit as cl
+import services.pdf_parser as pdf_parser
+from bench.cluster import free_port
 from conftest import CORPUS_DOCS
-from graphs.importing import MAX_FILES
+from fakes.mineru_server import FakeMinerU
+from graphs.importing import MAX_FILES, stop_in_app_workers
 from graphs.importing.runner import run_import
 from manual_files import PANEL_PNG, WEB_PRODUCT, WORD_PRODUCT, web_manual, word_manual
 from query_fixtures import model, web  # noqa: F401  (fixtures)
@@ -41,7 +46,7 @@ from ui.data_layer import HistoryDataLayer
 
 DUO, DUO256M, DUOS = CORPUS_DOCS[0], CORPUS_DOCS[1], CORPUS_DOCS[2]
 PICTURE = DUO.parent / "static" / "docs" / "duo" / "duo-v1.2.png"
-QUERY_LABELS = {"产品确认", "问题分析", "向量检索", "HyDE 检索", "联网搜索", "RRF 融合", "精排", "证据评估", "生成回答"}
+QUERY_LABELS = {"读取对话历史", "保存对话", "产品确认", "问题分析", "向量检索", "HyDE 检索", "联网搜索", "RRF 融合", "精排", "证据评估", "生成回答"}
 WAIT_S = 120
 
 
@@ -166,8 +171,10 @@ class Session:
 
 @pytest.fixture()
 def own_data(env, tmp_path):
-    """A data dir of its own, for tests that import or break things."""
-    return env(DATA_DIR=str(tmp_path / "data"))
+    """A data dir of its own, for tests that import or break things; the queue consumer its imports
+    started in this process stops after the test."""
+    yield env(DATA_DIR=str(tmp_path / "data"))
+    stop_in_app_workers()
 
 
 def answer_of(s: Session) -> dict:
@@ -191,7 +198,7 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
     names = [st["name"] for st in steps]
     assert sorted(names) == sorted(QUERY_LABELS), names  # each node that ran, once
     assert {st["name"]: st["type"] for st in steps} == {
-        "产品确认": "tool", "问题分析": "tool", "向量检索": "retrieval", "HyDE 检索": "retrieval", "联网搜索": "tool",
+        "读取对话历史": "tool", "保存对话": "tool", "产品确认": "tool", "问题分析": "tool", "向量检索": "retrieval", "HyDE 检索": "retrieval", "联网搜索": "tool",
         "RRF 融合": "retrieval", "精排": "rerank", "证据评估": "tool", "生成回答": "llm"}
     run = next(st for st in s.steps().values() if st["name"] == "on_message")
     assert {st["parentId"] for st in steps} == {run["id"]}  # siblings, the three recalls included
@@ -276,6 +283,19 @@ async def test_comparison_shows_each_sub_question_as_a_nested_step(product_of):
     assert "2/2 个子问题有相关资料" in synthesis["output"]
     reply = answer_of(s)
     assert "**来源**：" in reply["output"] and "对照来源核实" in reply["output"]
+
+
+async def test_a_split_question_shows_its_whole_question_as_one_more_nested_step(product_of):
+    s = Session()
+    await s.start()
+    await s.send("Duo S 有多大内存？带不带 WiFi 和蓝牙？")
+    steps = list(s.steps().values())
+    fan_out = next(st for st in steps if st["name"] == "子问题检索")
+    nested = sorted(st["name"] for st in steps if st.get("parentId") == fan_out["id"])
+    assert nested == ["原问题：Duo S 有多大内存？带不带 WiFi 和蓝牙？", "子问题 1：Duo S 有多大内存？",
+                      "子问题 2：Duo S 带不带 WiFi 和蓝牙？"]
+    synthesis = next(st for st in steps if st["name"] == "汇总子问题")
+    assert "2/2 个子问题有相关资料" in synthesis["output"] and "连同原问题的检索结果" in synthesis["output"]
 
 
 async def test_a_failing_node_is_marked_and_the_reply_says_so(product_of, monkeypatch):
@@ -421,7 +441,7 @@ async def test_ambiguous_question_buttons_pin_the_product(product_of):
     await s.start()
     question = "Milk-V 的开发板怎么烧录系统？"
     await s.send(question)
-    assert [st["name"] for st in s.node_steps()] == ["产品确认", "生成回答"]
+    assert [st["name"] for st in s.node_steps()] == ["读取对话历史", "产品确认", "生成回答", "保存对话"]
     clarification = answer_of(s)
     buttons = s.actions("choose_product")
     twins = {product_of["duo"], product_of["duo256m"], product_of["duos"]}
@@ -436,7 +456,7 @@ async def test_ambiguous_question_buttons_pin_the_product(product_of):
     new_steps = s.node_steps()[before:]
     confirm = next(st for st in new_steps if st["name"] == "产品确认")["output"]
     assert f"已确认：{product_of['duos']}" in confirm and "判定方式：`pinned`" in confirm
-    assert len(new_steps) == 9
+    assert len(new_steps) == len(QUERY_LABELS)
     assert product_of["duos"] in answer_of(s)["output"]
     recent = get_history_store().recent(s.thread_id, 2)
     assert recent[-1]["item_names"] == [product_of["duos"]]
@@ -540,6 +560,17 @@ async def test_import_then_question_and_rename(own_data, product_of):
     await s.wait_imports(3)
     assert store.count() == chunks and len(store.item_names()) == 1
 
+    # each import was a task on the queue, run by this process's consumer thread, not the chat's own
+    tasks = sorted(get_task_store().list(), key=lambda t: t["created"])
+    assert [(t["status"], t["attempts"], t["job"]["kind"]) for t in tasks] == [("completed", 1, "import")] * 3
+    assert [t["job"]["product"] for t in tasks] == [None, "我的 Duo 开发板", None]  # the rename names it
+    assert len({t["task_id"] for t in tasks}) == 3  # the rename is a task of its own
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    assert all(int(t["worker"].split(":")[1]) == os.getpid() for t in tasks)
+    assert {names.get(int(t["worker"].split(":")[2]), "")[:7] for t in tasks} == {"Worker-"}  # Huey's threads
+    # what the chat showed came from the task store: the steps it recorded
+    assert [st["label"] for st in tasks[0]["steps"] if st["type"] == "node_end"][:1] == ["检查文件"]
+
 
 async def test_word_and_web_attachments_answer_with_their_pictures(own_data, tmp_path):
     docx = word_manual(tmp_path / "c21.docx")
@@ -613,6 +644,114 @@ async def test_rename_needs_a_known_upload_and_a_name(own_data):
     await s.wait_for(lambda: answer_of(s)["output"].startswith("找不到这次上传的文件"))
 
 
+async def test_a_set_whose_queue_breaks_off_part_way_imports_the_queued_file(own_data, monkeypatch):
+    from graphs.importing import jobs
+
+    queue, calls = jobs._queue(), []
+    real = queue.huey.enqueue
+
+    def fails_after_the_first(task):
+        calls.append(task)
+        if len(calls) > 1:
+            raise OSError("disk I/O error")
+        return real(task)
+
+    monkeypatch.setattr(queue.huey, "enqueue", fails_after_the_first)
+    s = Session()
+    await s.start()
+    await s.send("", [DUO, DUO256M])
+    shown = {m["output"].split("》")[0]: m["output"] for m in await s.wait_imports(2)}
+    assert shown["✅ 《duo.md"].startswith("✅ 《duo.md》导入完成")
+    assert shown["❌ 《duo256m.md"].startswith("❌ 《duo256m.md》的导入任务无法创建，没有开始导入：") and "disk I/O" in shown["❌ 《duo256m.md"]
+    assert not list((get_settings().data_dir / "uploads").rglob("duo256m.md"))  # the refused file is not kept
+    assert {r["item_name"] for r in get_vector_store().item_names()} == {"Milk-V Duo"}
+
+
+async def test_a_queue_that_refuses_says_so_and_keeps_what_the_api_would(own_data, env):
+    s = Session(replies=[{"output": "Duo S 新名字"}])
+    await s.start()
+    await s.send("", [DUOS])
+    await s.wait_imports(1)
+    chunks = get_vector_store().count()
+    [kept] = list((get_settings().data_dir / "uploads").rglob("duos.md"))
+
+    env(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # the queue: nothing listens there
+    await s.send("", [DUO, DUO256M])
+    refused = {m["output"].split("》")[0]: m["output"] for m in (await s.wait_imports(3))[1:]}
+    for name in ("duo.md", "duo256m.md"):
+        assert refused[f"❌ 《{name}"].startswith(
+            f"❌ 《{name}》的导入任务无法创建，没有开始导入：任务无法加入队列（Redis不可用）"), refused
+    # as POST /api/upload does: the refused set's files are not kept, its tasks say why
+    assert sorted(p.name for p in (get_settings().data_dir / "uploads").rglob("*") if p.is_file()) == ["duos.md"]
+    failed = [t for t in get_task_store().list() if t["status"] == "failed"]
+    assert len(failed) == 2 and all("导入任务没有排上队" in t["error"] for t in failed)
+    assert not [r for r in s.replies() if r["output"].startswith("识别为")][1:]  # no summary for the refused set
+
+    # a rename refused by the queue keeps its button and the imported file, to try again
+    [button] = s.actions("rename_product")
+    await s.click(button)
+    await s.wait_for(lambda: s.import_messages()[-1]["output"].startswith("❌ 《duos.md》的导入任务无法创建"))
+    assert s.actions("rename_product") == [button] and kept.is_file()
+    assert get_vector_store().count() == chunks and {r["item_name"] for r in get_vector_store().item_names()} == {
+        "Milk-V Duo S"}
+
+
+async def test_a_transient_fault_is_retried_by_the_queue_and_the_chat_shows_it(own_data, env, monkeypatch, tmp_path):
+    monkeypatch.setattr(pdf_parser, "RETRY_BACKOFF_S", 0.01)
+    # the parser's own retries (1 + MAX_RETRIES requests) all meet the outage: the queue tries again later
+    with FakeMinerU(token="tok", outage=1 + pdf_parser.MAX_RETRIES) as mineru:
+        env(MINERU_API_TOKEN="tok", MINERU_BASE_URL=mineru.base_url, MINERU_POLL_INTERVAL_S="0.05",
+            IMPORT_RETRY_DELAY_S="3")  # longer than the chat's slowest poll: it sees the wait
+        s = Session()
+        await s.start()
+        await s.send("", [manual_pdf(tmp_path / "测试手册.pdf")])
+        done = (await s.wait_imports(1))[0]
+    assert done["output"].startswith("✅ 《测试手册.pdf》导入完成"), done["output"]
+    updates = [d["output"] for _, n, d in s.emitter.events if n == "update_message" and d["id"] == done["id"]]
+    waiting = [i for i, u in enumerate(updates) if "🔁" in u]
+    assert waiting, updates
+    assert "MinerU 服务暂时不可用" in updates[waiting[0]] and "秒后重试" in updates[waiting[0]]
+    assert not [u for u in updates if u.startswith("❌")]  # never shown as failed
+    # the second attempt starts its steps over: the first one's failed node is not shown with them
+    assert "❌" not in updates[waiting[-1] + 1] and "⏳ 检查文件" in updates[waiting[-1] + 1]
+    [task] = get_task_store().list()
+    assert (task["status"], task["attempts"]) == ("completed", 2)
+
+
+async def test_progress_that_cannot_be_read_says_the_import_may_still_finish(own_data, monkeypatch):
+    from services.task_store import TaskStore
+    from ui.progress import FileView, follow_tasks
+
+    def unreadable(self, task_ids):
+        raise StorageError("读取导入任务失败（测试注入）")
+    monkeypatch.setattr("ui.progress.LOST_AFTER_S", 0.5)
+    monkeypatch.setattr(TaskStore, "get_many", unreadable)
+    s = Session()
+
+    async def follow():
+        view = FileView("duos.md")
+        await view.show()
+        return await follow_tasks({"no-answer": view})
+    assert await s.run(follow) == {}
+    assert s.import_messages()[-1]["output"] == ("⚠️ 《duos.md》的导入进度无法读取：读取导入任务失败（测试注入）\n\n"
+                                                 "导入可能仍在后台进行，稍后可在“知识库”中查看结果。")
+
+
+async def test_a_task_no_process_takes_says_it_is_queued_then_runs_when_a_worker_starts(own_data, env, monkeypatch):
+    from graphs.importing import start_in_app_worker
+
+    env(IMPORT_IN_APP="false")  # imports are left to worker processes, and none is running yet
+    monkeypatch.setattr("ui.progress.QUEUED_NOTICE_S", 0.5)
+    s = Session()
+    await s.start()
+    await s.send("", [DUOS])
+    await s.wait_for(lambda: any("还在排队" in m["output"] for m in s.import_messages()))
+    queued = s.import_messages()[-1]["output"]
+    assert "尚未开始导入" in queued and "scripts/worker.sh" in queued
+    start_in_app_worker()  # a worker comes up: the queued file is imported, nothing was lost
+    assert (await s.wait_imports(1))[-1]["output"].startswith("✅ 《duos.md》导入完成")
+
+
 async def test_an_import_that_crashes_still_ends_its_message(own_data, monkeypatch):
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -643,7 +782,7 @@ async def test_two_sessions_while_an_import_runs(own_data, product_of):
     assert all(d["threadId"] == a.thread_id for _, n, d in a.emitter.events if n in ("new_message", "update_message"))
     assert all(d["threadId"] == b.thread_id for _, n, d in b.emitter.events if n in ("new_message", "update_message"))
     assert f"已确认：{product_of['duos']}" in next(st["output"] for st in b.node_steps() if st["name"] == "产品确认")
-    assert len([st for st in b.node_steps()]) == 9
+    assert len([st for st in b.node_steps()]) == len(QUERY_LABELS)
 
 
 async def test_resumed_thread_answers_a_follow_up_with_it(product_of):

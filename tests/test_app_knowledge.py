@@ -11,10 +11,12 @@ from chainlit.chat_context import chat_context
 from chainlit.config import config
 
 import chainlit as cl
+from bench.cluster import free_port
 from bench.shared import CORPUS
 from conftest import CORPUS_DOCS
 from graphs.importing import catalog, run_import
 from services.settings import get_settings
+from services.task_store import get_task_store
 from services.vector_store import get_vector_store
 from test_app_handlers import Session, own_data  # noqa: F401  (fixture)
 from ui import knowledge
@@ -183,6 +185,11 @@ async def test_the_knowledge_base_view_lists_shows_and_changes(own_data):
     updates = [d["output"] for _, n, d in s.emitter.events if n == "update_message" and d["id"] == finished["id"]]
     assert any(u.startswith("⏳ 正在重建索引……") and "重新导入 2/2" in u for u in updates)
     assert not under(s, ask)
+    # both ran as tasks on the queue (the documents' own imports are tasks without a job)
+    queued = sorted((t for t in get_task_store().list() if t.get("job")), key=lambda t: t["created"])
+    assert [(t["job"]["kind"], t["status"], t["attempts"]) for t in queued] == [
+        ("reimport", "completed", 1), ("reindex", "completed", 1)]
+    assert queued[0]["result"]["doc_id"] == docs["duo.md"]["doc_id"]
 
     # delete one document after a confirmation: the other keeps every count
     store = get_vector_store()
@@ -308,9 +315,9 @@ async def test_a_set_with_a_refused_file_imports_the_rest(own_data, tmp_path, mo
     assert "不支持的文件类型" in messages["❌ 《notes.csv"] and "✅ 《duos.md" in messages
     assert [d["file_name"] for d in catalog.documents()] == ["duos.md"]
 
-    def disk_full(*args, **kwargs):  # the set's import itself breaks down
+    def disk_full(*args, **kwargs):  # queueing the set breaks down
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr("ui.attachments.import_set", disk_full)
+    monkeypatch.setattr("ui.attachments.enqueue_set", disk_full)
     seen = len(s.replies())
     await s.send("", [DUO, DUOS])
     await s.wait_for(lambda: len([m for m in s.import_messages()[-2:] if m["output"].startswith("❌")]) == 2)
@@ -318,6 +325,25 @@ async def test_a_set_with_a_refused_file_imports_the_rest(own_data, tmp_path, mo
     assert not [r for r in s.replies()[seen:] if r["output"].startswith("识别为")]  # nothing imported, no summary
     staged = sorted(p.name for p in (get_settings().data_dir / "uploads").rglob("*.md"))
     assert staged == ["duos.md"]  # the first set's file stays (its button may import it again), the broken set's went
+
+
+async def test_a_queue_that_refuses_a_reimport_or_a_reindex_says_so_and_changes_nothing(own_data, env):
+    run_import(DUOS)
+    record = catalog.documents()[0]
+    env(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # the queue: nothing listens there
+    s = Session()
+    await s.start()
+    await s.click({"name": knowledge.REIMPORT, "payload": {"doc": record["doc_id"]}, "label": "重新导入", "id": "r",
+                   "forId": "x"})
+    failed = await reply(s, "❌ 《duos.md》无法重新导入：")
+    assert "任务无法加入队列（Redis不可用）" in failed["output"]
+    seen = len(s.replies())
+    await s.click({"name": knowledge.CONFIRM, "payload": {"op": "reindex"}, "label": "开始重建", "id": "c", "forId": "x"})
+    refused = await reply(s, "❌ 重建索引没有开始：", seen)
+    assert "任务无法加入队列（Redis不可用）" in refused["output"] and under(s, refused) == ["查看知识库"]
+    assert [t["status"] for t in get_task_store().list() if t.get("job")] == ["failed"] * 2
+    assert catalog.document(record["doc_id"])["imported_at"] == record["imported_at"]
+    assert len(get_vector_store().doc_rows(record["doc_id"])) == record["chunks"]
 
 
 async def test_a_document_without_its_original_cannot_be_reimported(own_data):

@@ -20,7 +20,7 @@ from conftest import CORPUS, ROOT
 from bench.common import (
     BenchError, StackSampler, first_relevant_rank, isolated_data_dir, percentiles, rank_metrics,
 )
-from bench.retrieval import SYSTEMS, fail_lines, load_qa, main as retrieval_main, naive_chunks, part_summary, run as retrieval_run
+from bench.retrieval import SYSTEMS, VARIANTS, fail_lines, load_qa, main as retrieval_main, naive_chunks, part_summary, run as retrieval_run
 from bench.speed import build_long_pdf, main as speed_main, synthetic_name
 from graphs.query.product_match import rank_products
 from services.settings import get_settings
@@ -138,10 +138,14 @@ def test_relevance_ignores_case_and_whitespace_and_needs_every_evidence():
     assert first_relevant_rank(contents, []) is None
 
 
+def record(pipeline, bm25, answer, ungraded=None, ungraded_answer=False):
+    ranks = {k: None for k in {**SYSTEMS, **VARIANTS}} | {"pipeline": pipeline, "bm25": bm25,
+                                                         "pipeline_ungraded": ungraded}
+    answers = {k: False for k in VARIANTS} | {"pipeline": answer, "pipeline_ungraded": ungraded_answer}
+    return {"ranks": ranks, "answers": answers, "answer_has_evidence": answer, "decision_ok": True}
+
+
 def test_a_held_half_below_its_best_single_retriever_prints_fail():
-    def record(pipeline, bm25, answer):
-        ranks = {k: None for k in SYSTEMS} | {"pipeline": pipeline, "bm25": bm25}
-        return {"ranks": ranks, "answer_has_evidence": answer, "decision_ok": True}
 
     held = part_summary([record(2, 1, True), record(1, 1, False), record(None, 3, True)])
     assert held["best_single"] == {"hit@5": 1.0, "mrr@10": round((1 + 1 + 1 / 3) / 3, 4)}
@@ -150,6 +154,15 @@ def test_a_held_half_below_its_best_single_retriever_prints_fail():
     assert lines[0].startswith("FAIL 集甲（留出集）：完整流程 hit@5 0.667 低于最好的单一检索 1.000")
     even = part_summary([record(1, 1, True), record(1, 2, True)])
     assert even["fails"] == [] and fail_lines("集甲", {"parts": {"held": even}}) == []
+
+
+def test_grading_that_loses_a_found_answer_prints_fail():
+    # the second question's evidence was found (rank 4) and answered until grading refused it
+    held = part_summary([record(1, 1, True, 1, True), record(None, 2, False, 4, True)])
+    assert held["fails"] == ["hit@5", "mrr@10"] and held["stage_fails"] == ["hit@5", "mrr@10", "answer_at_evidence"]
+    assert held["variants"]["pipeline_ungraded"]["hit@5"] == 1.0 and held["variants"]["pipeline"]["hit@5"] == 0.5
+    lines = fail_lines("集甲", {"parts": {"held": held}})
+    assert "FAIL 集甲（留出集）：完整流程 hit@5 0.500 低于不做证据评估与改写时的 1.000" in lines
 
 
 def test_halves_are_fixed_by_the_seed_and_disjoint():

@@ -30,7 +30,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ARTIFACTS = ROOT / "artifacts" / "browser"
-NODE_LABELS = {"产品确认", "问题分析", "向量检索", "HyDE 检索", "联网搜索", "RRF 融合", "精排", "证据评估", "生成回答"}
+NODE_LABELS = {"读取对话历史", "保存对话", "产品确认", "问题分析", "向量检索", "HyDE 检索", "联网搜索", "RRF 融合", "精排", "证据评估", "生成回答"}
 NODE_STEPS = '.step:not([data-step-type$="_message"])'
 REPLIES = '.step[data-step-type="assistant_message"]'
 FIRST_STEP_TARGET_MS = 300
@@ -238,13 +238,13 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
         await expect(duo_s).to_be_visible()
         for twin in ("Milk-V Duo", "Milk-V Duo256M"):
             await expect(page.get_by_role("button", name=twin, exact=True)).to_be_visible()
-        assert await page.locator(NODE_STEPS).count() == steps_before + 2  # 产品确认, 生成回答
+        assert await page.locator(NODE_STEPS).count() == steps_before + 4  # 读取对话历史, 产品确认, 生成回答, 保存对话
         await shot(page, "04-candidates")
         await duo_s.click()
         chosen = page.locator(REPLIES).filter(has_text="（Milk-V Duo S）").filter(has_text="来源")
         await expect(chosen).to_be_visible()
         await expect(duo_s).to_have_count(0)  # the buttons are gone
-        assert await page.locator(NODE_STEPS).count() == steps_before + 2 + len(NODE_LABELS)
+        assert await page.locator(NODE_STEPS).count() == steps_before + 4 + len(NODE_LABELS)
         await shot(page, "05-chosen-product")
 
         # -- a file the knowledge base cannot take

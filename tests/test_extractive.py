@@ -64,7 +64,8 @@ def test_a_cover_page_goes_after_every_chunk_with_text_whatever_its_scores():
     cover = doc("LED 手册\n\n# LED GPIO 说明书\n\n![封面](/kb-files/cover.png)", "LED 手册", chunk_id="1")
     text = doc("引脚 > LED\n\n板载 LED 接在 GPIO 上。", "引脚 > LED", chunk_id="2")
     other = doc("供电 > 电源\n\n供电电压为 5V，电流至少 2A，接在 Type-C 口上。", "供电 > 电源", chunk_id="3")
-    ranked, scorer = rerank_order("LED GPIO 说明书", [cover, text, other], None, CALIBRATIONS[("use-m3", "offline")])
+    ranked, scorer = rerank_order(OfflineReranker(get_settings()), "LED GPIO 说明书", [cover, text, other], None,
+                                  CALIBRATIONS[("use-m3", "offline")])
     assert scorer == "offline:lexical" and [d["chunk_id"] for _, d in ranked] == ["2", "3", "1"]
     assert ranked[-1][0] > ranked[1][0]  # the cover scored higher and still went last
 

@@ -120,6 +120,7 @@ def test_pdfs_yield_text_and_images(corpus_results):
 
 
 def test_pdf_chunks_are_stored_with_their_pages(corpus_results):
+    from graphs.query.configuration import QueryConfiguration
     from graphs.query.retrieval import search_chunks
     fields = ["title", "page_start", "page_end"]
     for path in CORPUS_DOCS:
@@ -131,7 +132,7 @@ def test_pdf_chunks_are_stored_with_their_pages(corpus_results):
         else:
             assert all(c["page_start"] == c["page_end"] == 0 for c in rows), path.name
     v3 = corpus_results["BTT SKR MINI E3 V3.0使用手册"]
-    hits = search_chunks("主板固件怎么更新", [v3.item_name])
+    hits = search_chunks(QueryConfiguration(), "主板固件怎么更新", [v3.item_name])
     assert hits and all(h["page_start"] >= 1 for h in hits)
 
 

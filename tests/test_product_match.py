@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 from bench.speed import synthetic_name
 from graphs.query.product_match import match_product, normalize, product_index, rank_products
@@ -44,22 +43,15 @@ def test_index_decides_exactly_as_matching_every_product(products):
     assert checked > 100  # the questions did name products
 
 
-def test_confirmation_among_a_thousand_products_takes_milliseconds(products):
+def test_confirmation_among_a_thousand_products_matches_only_names_sharing_a_token(products):
+    # Work counted, not timed (the machine's load varies); `python -m bench.speed` prints the time.
     names = catalogue(list(products))
     qs = questions()
-    rank_products(qs[0], names)  # the index is built once per product list
-    started = time.perf_counter()
     ranked = [rank_products(q, names) for q in qs]
-    per_question_ms = (time.perf_counter() - started) * 1000 / len(qs)
-    # matching every name, as before the index, on the same machine at the same moment (load varies here)
     index = product_index(tuple(names))
-    started = time.perf_counter()
-    for q in qs[::10]:
-        [match_product(q, n, index.all_tokens) for n in names]
-    every_ms = (time.perf_counter() - started) * 1000 / len(qs[::10])
-    print(f"rank_products over {len(names)} products: {per_question_ms:.2f} ms per question "
-          f"({len(qs)} questions); matching every name: {every_ms:.1f} ms")
-    assert per_question_ms * 5 < every_ms and per_question_ms < 50, (per_question_ms, every_ms)
+    examined = [len({i for t in index.present(normalize(q)) for i in index.by_token[t]}) for q in qs]
+    # a brand or a category word alone ("Acme 的开发板") still names a whole line of products
+    assert len(names) > 1000 and sum(examined) / len(qs) * 5 < len(names), sum(examined) / len(qs)
     name = synthetic_name(41)
     brand, model, kind = name.split()
     top = ranked[qs.index(f"{brand} {model} {kind}怎么接线？")][0]
@@ -85,9 +77,11 @@ def test_a_family_mention_asks_among_its_models_and_a_written_out_unknown_model_
 
 
 def test_decisions_for_an_unknown_product_and_a_family():
+    from graphs.query.configuration import QueryConfiguration
     from graphs.query.nodes.item_name_confirm import decide
 
+    cfg = QueryConfiguration()
     catalogue = ["Radxa E20C", "Radxa E52C", "AITO M9"]
-    assert decide("Orange Pi 5 Plus 怎么装系统？", catalogue, [], "")["branch"] == "refuse"
-    asked = decide("E20C 系列和别的有什么不同？", ["Radxa E20C", "Radxa E20C Lite"], [], "")
+    assert decide(cfg, "Orange Pi 5 Plus 怎么装系统？", catalogue, [], "")["branch"] == "refuse"
+    asked = decide(cfg, "E20C 系列和别的有什么不同？", ["Radxa E20C", "Radxa E20C Lite"], [], "")
     assert asked["branch"] == "ask" and set(asked["candidates"]) == {"Radxa E20C", "Radxa E20C Lite"}

@@ -108,7 +108,7 @@ def test_cli_json_prints_the_final_state_summary(own_kb):
     assert out["rerank_scorer"] == "offline:lexical"
     assert {r["item_name"] for r in out["rerank"]} == {KETTLE}
     assert out["image_urls"] and out["image_urls"][0].endswith("descale.png")
-    assert set(out["node_seconds"]) == {"node_item_name_confirm", "node_plan", "node_search_embedding",
+    assert set(out["node_seconds"]) == {"node_load_history", "node_save_history", "node_item_name_confirm", "node_plan", "node_search_embedding",
                                         "node_search_embedding_hyde", "node_web_search_mcp", "node_rrf", "node_rerank",
                                         "node_grade", "node_answer_output"}
     assert (out["grade"]["route"], out["sub_questions"], out["rewrite"]) == ("answer", [], None)
@@ -140,4 +140,4 @@ def test_cli_error_exit_code(own_kb, capsys):
     assert "问题不能为空" in capsys.readouterr().err
     assert main(["   ", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert (out["status"], out["error"], out["node"]) == ("failed", "问题不能为空。", "node_item_name_confirm")
+    assert (out["status"], out["error"], out["node"]) == ("failed", "问题不能为空。", "node_load_history")

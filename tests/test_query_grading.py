@@ -10,8 +10,11 @@ import json
 import pytest
 
 from graphs.query.__main__ import main as query_cli
-from graphs.query.evidence import answer_threshold, offline_grade, resolve_route, strip_products, validate_grade
-from graphs.query.planning import named_products, plan_question
+from graphs.query.calibration import calibration
+from graphs.query.evidence import (
+    offline_grade, resolve_route, strength, strip_products, validate_grade, weak_warning,
+)
+from graphs.query.planning import evidence_branches, named_products, plan_question
 from graphs.query.rewriting import feedback_terms
 from graphs.query.runner import run_query
 from query_fixtures import GRADE_ANSWER, STEP_BACK, model, node_entry, user_text  # noqa: F401  (fixture)
@@ -20,8 +23,20 @@ OFF = {"web_search": False, "hyde": False}
 COMPARE_Q = "SKR MINI E3 V2.0 和 V3.0 的主控芯片有什么区别？"
 MCU = {"BTT SKR MINI E3 V2.0使用手册": "STM32F103RCT6", "BTT SKR MINI E3 V3.0使用手册": "STM32G0B1RET6"}
 WEAK_Q = "Duo S 能不能直接驱动 4K 显示器？"
-GOOD_Q = "Duo S 的以太网口支持 PoE 吗？"
+GOOD_Q = "Duo S 有多大内存？"
 SCORER = "offline:lexical"
+
+
+def answer_threshold(scorer: str) -> float:
+    return calibration(scorer=scorer).answer_threshold
+
+
+def refuse_threshold(scorer: str) -> float:
+    return calibration(scorer=scorer).refuse_threshold
+
+
+def offline(top: float, scorer: str = SCORER) -> dict:
+    return offline_grade(top, answer_threshold(scorer), refuse_threshold(scorer))
 
 
 def ask(question: str, **kwargs) -> dict:
@@ -49,7 +64,7 @@ def test_comparison_is_split_per_product_and_keeps_both_mcu_passages(product_of,
     assert result["answer"] and not result["answer"].startswith("抱歉")
     done = result["done_list"]
     assert done.count("node_sub_question") == 2 and "node_rerank" not in done and "node_grade" not in done
-    assert done[-2:] == ["node_synthesis", "node_answer_output"]
+    assert done[-3:] == ["node_synthesis", "node_answer_output", "node_save_history"]
     starts = [e for e in result["events"] if e["type"] == "sub_question" and e["phase"] == "start"]
     assert sorted(e["index"] for e in starts) == [1, 2]
     # the CLI reports the sub-questions and the sources used
@@ -64,8 +79,8 @@ def test_weak_evidence_takes_exactly_one_rewrite_then_says_it_does_not_know(prod
     done = result["done_list"]
     assert done.count("node_rewrite_query") == done.count("node_search_rewritten") == 1
     assert done.count("node_grade") == 2
-    assert done[-5:] == ["node_grade", "node_rewrite_query", "node_search_rewritten", "node_grade",
-                         "node_answer_output"]
+    assert done[-6:] == ["node_grade", "node_rewrite_query", "node_search_rewritten", "node_grade",
+                         "node_answer_output", "node_save_history"]
     rewrite = result["rewrite"]
     assert rewrite["method"] == "prf" and rewrite["terms"] and rewrite["query"].startswith(WEAK_Q)
     assert result["grade"]["route"] == "no_knowledge" and result["grade"]["corrected_from"] == "rewrite"
@@ -88,12 +103,68 @@ def test_multi_sentence_question_is_answered_per_sentence(product_of):
     assert "512MB" in text and "WI-FI 6/BT 5" in text
 
 
+def whole_branch(result: dict) -> dict:
+    (end,) = [e for e in result["events"] if e["type"] == "sub_question" and e["phase"] == "end" and e["whole"]]
+    return end
+
+
+@pytest.mark.parametrize("question, stem", [
+    ("Duo S 有多大内存？带不带 WiFi 和蓝牙？", "duos"),                                      # Markdown page
+    ("SKR MINI E3 V3.0 用的是什么主控芯片？板子尺寸多大？", "BTT SKR MINI E3 V3.0使用手册"),  # PDF manual
+])
+def test_a_question_split_into_its_parts_keeps_its_own_retrieval_first(product_of, question, stem):
+    result = ask(question)
+    assert len(result["sub_questions"]) == 2 and result["done_list"].count("node_sub_question") == 3
+    whole = whole_branch(result)
+    assert (whole["index"], whole["question"], whole["item_names"]) == (0, question, [product_of[stem]])
+    # the whole question's passages lead, in its own order; the parts' passages follow
+    kept = [h["chunk_id"] for h in whole["hits"]]
+    assert [s["chunk_id"] for s in result["sources"][:len(kept)]] == kept
+    assert len(result["sources"]) >= len(kept)
+    synthesis = node_entry(result, "node_synthesis")["summary"]
+    assert synthesis.startswith("2/2 个子问题有相关资料") and "连同原问题的检索结果" in synthesis
+
+
+def test_only_a_split_that_keeps_its_products_fans_out_the_whole_question():
+    subs = [{"question": "a？", "item_names": ["X"]}, {"question": "b？", "item_names": ["X"]}]
+    assert [b["index"] for b in evidence_branches("a？b？", ["X"], subs)] == [0, 1, 2]
+    per_product = [{"question": "X 的主控？", "item_names": ["X"]}, {"question": "Y 的主控？", "item_names": ["Y"]}]
+    assert [b.get("whole", False) for b in evidence_branches("X 和 Y 的区别？", ["X", "Y"], per_product)] == [False, False]
+    assert evidence_branches("a？", ["X"], []) == []
+
+
+def test_offline_weak_band_answers_with_a_caution_only_after_the_rewrite():
+    threshold, floor = answer_threshold(SCORER), refuse_threshold(SCORER)
+    assert 0 < floor < threshold
+    weak, none = offline(floor), offline(floor - 0.01)
+    assert (weak["route"], weak["weak"], none["weak"]) == ("rewrite", True, False)
+    assert resolve_route(weak, True, sub_question=False, rewrites_left=1) == "rewrite"  # the rewrite first
+    assert resolve_route(weak, True, sub_question=False, rewrites_left=0) == "answer"
+    assert resolve_route(none, True, sub_question=False, rewrites_left=0) == "no_knowledge"
+    assert resolve_route(weak, True, sub_question=True, rewrites_left=1) == "no_knowledge"  # synthesis warns
+    assert "对照来源核实" in weak_warning({**weak, "route": "answer"}) and weak_warning(weak) == ""
+    strong = offline(threshold)
+    assert strength(strong) > strength({**weak, "route": "answer"}) > strength(none) == strength(weak | {"weak": False})
+
+
+@pytest.mark.parametrize("question, fact", [("Milk-V Duo 用的是什么主控芯片？", "CV1800B"),   # Markdown page
+                                            ("SKR MINI E3 V2.0 主板外形尺寸多大？", "100.75")])  # PDF manual
+def test_weak_evidence_above_the_floor_is_answered_with_a_caution(product_of, question, fact):
+    result = ask(question)
+    grade = result["grade"]
+    assert refuse_threshold(SCORER) <= grade["top_score"] < answer_threshold(SCORER), grade
+    assert (grade["route"], grade["corrected_from"], grade["weak"]) == ("answer", "rewrite", True)
+    assert result["done_list"].count("node_rewrite_query") == 1 and result["sources"]
+    assert any(fact in s["content"] for s in result["sources"])
+    assert any("对照来源核实" in w for w in result["warnings"])
+
+
 def test_offline_rule_is_a_threshold_on_the_calibrated_score():
     threshold = answer_threshold(SCORER)
-    assert offline_grade(threshold, SCORER)["route"] == "answer"
-    weak = offline_grade(threshold - 0.01, SCORER)
+    assert offline(threshold)["route"] == "answer"
+    weak = offline(threshold - 0.01)
     assert (weak["route"], weak["answerable"], weak["relevant"]) == ("rewrite", False, True)
-    assert offline_grade(0.45, "bge-reranker")["route"] == "rewrite"  # another scale: 0.5 there
+    assert offline(0.45, "bge-reranker")["route"] == "rewrite"  # another scale: 0.5 there
 
 
 @pytest.mark.parametrize("fields, sub, left, route", [

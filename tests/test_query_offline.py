@@ -20,10 +20,10 @@ RECALL_KEYS = {
     "node_web_search_mcp": {"web_search_docs", "node_log"},
 }
 # Known misses of the lexical + evidence design (the bench numbers in the report count them):
+# A clarification or a refusal: the question is recorded, answered directly and saved.
+DIRECT_REPLY = ["node_load_history", "node_item_name_confirm", "node_answer_output", "node_save_history"]
 KNOWN_MISSES = {
-    "q01": "证据评估：去掉产品名后最相关切片的离线得分 0.389，低于校准阈值 0.395，答“没有找到”",
-    "q37": "证据评估：去掉产品名后最相关切片的离线得分 0.353，低于校准阈值 0.395，答“没有找到”",
-    "q40": "证据评估：去掉产品名后最相关切片的离线得分 0.248，低于校准阈值 0.395，答“没有找到”",
+    "q40": "证据评估：答案切片与“接电脑、装驱动”字面不重合，最相关切片的离线得分 0.248，改写后仍低于拒答下限 0.291，答“没有找到”",
     "q44": "“防住照片/视频骗”与手册的“可防护 屏幕图片/视频 攻击”字面重合少，最强切片只有 0.33，低于证据阈值，拒答",
     "q47": "两版 SKR 手册开头的整页切片都与“主板散热风扇”同样相关，证据分不出 V3.0",
     "q51": "旧版手册的商品名就是“MF1 模块”，问题写全了它的名字，于是直接确认",
@@ -69,16 +69,17 @@ def test_qa_decision(qid, product_of, products, request):
 
 def test_branch_a_end_to_end(product_of):
     duos = product_of["duos"]
-    result = ask("Duo S 的以太网口支持 PoE 吗？")
+    result = ask("Duo S 有多大内存？")
     assert (result["branch"], result["item_names"], result["decision"]["method"]) == ("confirmed", [duos], "lexical")
-    assert result["rewritten_query"] == result["original_query"] == "Duo S 的以太网口支持 PoE 吗？"
+    assert result["rewritten_query"] == result["original_query"] == "Duo S 有多大内存？"
     events = result["events"]
     assert deltas(events) == result["answer"]
     assert result["answer"].startswith("（未配置大语言模型")
-    assert "POE" in result["answer"] and "[1]" in result["answer"]
+    assert "512MB" in result["answer"] and "[1]" in result["answer"]
     done = result["done_list"]
-    assert done[:2] == ["node_item_name_confirm", "node_plan"] and set(done[2:5]) == set(RECALL_KEYS)
-    assert done[5:] == ["node_rrf", "node_rerank", "node_grade", "node_answer_output"]
+    assert done[:3] == ["node_load_history", "node_item_name_confirm", "node_plan"]
+    assert set(done[3:6]) == set(RECALL_KEYS)
+    assert done[6:] == ["node_rrf", "node_rerank", "node_grade", "node_answer_output", "node_save_history"]
     assert result["grade"]["route"] == "answer" and result["grade"]["method"] == "offline"
     assert node_entry(result, "node_search_embedding_hyde")["status"] == "skipped"
     assert node_entry(result, "node_web_search_mcp")["status"] == "skipped"
@@ -93,14 +94,14 @@ def test_branch_a_end_to_end(product_of):
     quoted = "".join(s["content"] for s in result["sources"] if f"**[{s['index']}] " in result["answer"])
     assert all(u in quoted for u in result["image_urls"])
     types = [e["type"] for e in events]
-    assert types[0] == "node_start" and types.count("node_start") == types.count("node_end") == 9
+    assert types[0] == "node_start" and types.count("node_start") == types.count("node_end") == 11
 
 
 def test_branch_b_asks_with_structured_candidates(product_of):
     result = ask("SKR mini E3 怎么刷固件？")
     skr = [product_of["BTT SKR MINI E3 V2.0使用手册"], product_of["BTT SKR MINI E3 V3.0使用手册"]]
     assert result["branch"] == "ask" and sorted(result["candidates"]) == sorted(skr)
-    assert result["done_list"] == ["node_item_name_confirm", "node_answer_output"]
+    assert result["done_list"] == DIRECT_REPLY
     assert deltas(result["events"]) == result["answer"] and "请点击下面的按钮选择" in result["answer"]
     assert (result["sources"], result["image_urls"], result["rrf"]) == ([], [], [])
 
@@ -108,7 +109,7 @@ def test_branch_b_asks_with_structured_candidates(product_of):
 def test_branch_c_refuses_and_lists_the_knowledge_base(products):
     result = ask("苏泊尔电磁炉显示E1是什么故障？")
     assert result["branch"] == "refuse" and result["candidates"] == products
-    assert result["done_list"] == ["node_item_name_confirm", "node_answer_output"]
+    assert result["done_list"] == DIRECT_REPLY
     assert "目前可以回答这些产品的问题" in result["answer"]
 
 
@@ -206,7 +207,7 @@ def test_history_down_still_answers_with_a_warning(env, product_of):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env(MONGO_URL=f"mongodb://127.0.0.1:{port}/?directConnection=true")
-    result = ask("Duo S 的以太网口支持 PoE 吗？")
+    result = ask("Duo S 有多大内存？")
     assert result["item_names"] == [product_of["duos"]] and result["answer"].startswith("（未配置大语言模型")
     assert result["warnings"] == ["对话历史暂时不可用，本次回答不会结合上文，也不会被保存。", "回答未能保存到对话历史。"]
 
@@ -214,7 +215,7 @@ def test_history_down_still_answers_with_a_warning(env, product_of):
 def test_empty_question_is_an_error_event():
     result = run_query("   ")
     assert result["type"] == "error" and result["error"] == "问题不能为空。"
-    assert result["node"] == "node_item_name_confirm"
+    assert result["node"] == "node_load_history"
     assert [e["type"] for e in result["events"]] == ["node_start", "node_error"]
 
 

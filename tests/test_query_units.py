@@ -11,9 +11,8 @@ from graphs.query.nodes.answer_output import (
     build_context, format_source, image_urls, settled_part, shown_text,
 )
 from graphs.query.nodes.item_name_confirm import format_history
-from graphs.query.nodes.rerank import cliff_cutoff, merge_sources
 from graphs.query.nodes.rrf import node_rrf
-from graphs.query.retrieval import rrf_fuse
+from graphs.query.retrieval import cliff_cutoff, merge_sources, rrf_fuse
 from services.chat_model import parse_json_reply
 from services.errors import LLMError
 from services.vector_store import hit_to_dict

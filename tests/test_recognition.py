@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import markdown
 import pytest
 
 from conftest import CORPUS
@@ -130,3 +131,28 @@ def test_a_manual_titled_with_a_generic_noun_is_named_by_the_model_it_writes(fre
     result = run_import(doc)
     assert result.status == "completed", result.error
     assert result.item_name == "AITO M9", result.item_name
+
+
+def test_the_same_site_saved_as_web_pages_gives_the_same_products(tmp_path):
+    """The documentation site as a browser saves it: each page HTML with the site's menu around it,
+    its front-matter label as the page title, in the same folders."""
+    truth = manifest()
+    site = tmp_path / "site"
+    menu = "".join(f'<li><a href="/docs/{Path(k).with_suffix(".html")}">{Path(k).stem}</a></li>' for k in truth)
+    for key in truth:
+        text = (DOCS / key).read_text(encoding="utf-8")
+        label = re.search(r"^sidebar_label:\s*['\"]?(.+?)['\"]?\s*$", text, re.MULTILINE)
+        body = markdown.markdown(re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.DOTALL),
+                                 extensions=["tables", "fenced_code"])
+        page = site / Path(key).with_suffix(".html")
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(f"<html><head><title>{label.group(1) if label else Path(key).stem} | Milk-V</title></head>"
+                        f"<body><nav><ul>{menu}</ul></nav><main><article>{body}</article></main>"
+                        "<footer>Copyright © 2026 Milk-V</footer></body></html>", encoding="utf-8")
+    got = names_of(plan_set(iter_import_files([site]), site), site)
+    assert got == {str(Path(k).with_suffix(".html")): v for k, v in truth.items()}
+    # as flat attachments, a third of them web pages, they are read as their Markdown would be
+    keys = sorted(truth)
+    mixed = [site / Path(k).with_suffix(".html") for k in keys[:11]] + [DOCS / k for k in keys[11:]]
+    as_markdown = [(p.product, p.how) for p in plan_set([DOCS / k for k in keys], None)]
+    assert [(p.product, p.how) for p in plan_set(mixed, None)] == as_markdown

@@ -1,8 +1,9 @@
 """Replicas and workers as separate processes sharing only their stores: a real Redis (the queue and
 the answers' events), a Milvus Lite server, one DATA_DIR; two API processes and two queue workers
-(scripts/worker.sh); the chat model is the scripted one on 127.0.0.1.
+(scripts/worker.sh); the chat model is the scripted one on 127.0.0.1. The last test puts this process's
+chat handlers on the same stores, as one more web replica.
 
-Kept to three tests (each process loads the libraries and the embedding model once)."""
+Kept to four tests (each process loads the libraries and the embedding model once)."""
 from __future__ import annotations
 
 import time
@@ -177,3 +178,21 @@ def test_a_streamed_question_posted_to_one_replica_is_read_from_the_other(cluste
         other = api_client(app_b, user="alice")
         assert other.get(f"/api/stream/{session}").status_code == 404  # still nobody else's to read
         other.close()
+
+
+async def test_a_chat_attachment_is_imported_by_a_worker_process_and_followed_from_the_store(cluster, shared, tmp_path):
+    from test_app_handlers import Session  # the Chainlit handlers (imports the app)
+
+    manual = tmp_path / "c1.md"
+    manual.write_text(MANUAL.format(name="星海 C1 路由器"), encoding="utf-8")
+    s = Session()
+    await s.start()
+    await s.send("", [manual])
+    [done] = await s.wait_imports(1)
+    assert done["output"].startswith("✅ 《c1.md》导入完成") and "商品名：**星海 C1 路由器**" in done["output"]
+    updates = [d["output"] for _, n, d in s.emitter.events if n == "update_message" and d["id"] == done["id"]]
+    assert any("⏳ 向量化" in u for u in updates) and any("✅ 检查文件" in u for u in updates)  # each node, as it ran
+    await s.wait_for(lambda: any(r["output"].startswith("识别为 1 个产品：星海 C1 路由器") for r in s.replies()))
+    [task] = [t for t in get_task_store().list() if t["file_name"] == "c1.md"]
+    assert cluster.worker_pid(task["worker"]) in {w.pid for w in cluster.workers}  # not this process
+    assert assert_registry_matches_chunks(task["result"]["doc_id"]) == task["result"]["chunks"] > 0

@@ -13,10 +13,10 @@ import services.pdf_parser as pdf_parser
 from api_fixtures import api, api_server  # noqa: F401 (fixtures)
 from bench.cluster import free_port
 from fakes.mineru_server import FAILED_MSG, FakeMinerU
-from graphs.importing import enqueue_set, hand_on_expired, jobs, stage_uploads, stop_in_app_workers
+from graphs.importing import enqueue_reimport, enqueue_set, hand_on_expired, jobs, stage_uploads, stop_in_app_workers
 from import_fixtures import assert_consistent, store
 from services.documents import get_document_registry
-from services.errors import StorageError
+from services.errors import StorageError, ValidationError
 from services.history_store import now_ts
 from services.settings import get_settings
 from services.task_store import get_task_store
@@ -97,6 +97,24 @@ def test_a_task_whose_worker_died_runs_again_from_its_job_without_duplicating(qu
     assert_consistent()
 
 
+def test_a_reimport_is_a_task_too_recording_its_steps_and_an_unknown_document_is_refused_at_once(queue_env):
+    queue_env()
+    [first] = upload(("星火R1.md", MANUAL.format(name="星火 R1 路由器").encode()))
+    result = watch([first])[0][first]["result"]
+    task_id = enqueue_reimport(result["doc_id"], "tester")
+    task = watch([task_id])[0][task_id]
+    assert (task["status"], task["attempts"], task["job"]["kind"], task["by"]) == ("completed", 1, "reimport", "tester")
+    assert task["result"]["doc_id"] == result["doc_id"] and chunks_of(result["doc_id"]) == result["chunks"]
+    # what a viewer in another process replays: every node started and ended, in order, with its summary
+    ends = [st for st in task["steps"] if st["type"] == "node_end"]
+    assert [st["node"] for st in task["steps"] if st["type"] == "node_start"] == [st["node"] for st in ends]
+    assert ends[0]["label"] == "检查文件" and all(st["seconds"] >= 0 and "summary" in st for st in ends)
+    with pytest.raises(ValidationError, match="文档不存在"):
+        enqueue_reimport("no-such-doc")
+    assert len(get_task_store().list()) == 2  # nothing was queued for it
+    assert_consistent()
+
+
 def tiny_pdf() -> bytes:
     doc = pymupdf.open()
     page = doc.new_page()
@@ -153,6 +171,34 @@ def test_a_queue_that_cannot_take_the_tasks_fails_them_with_a_reason(queue_env, 
         upload(("a.md", MANUAL.format(name="星火 A1").encode()))
     [task] = get_task_store().list()
     assert task["status"] == "failed" and "导入任务没有排上队" in task["error"] and "disk I/O error" in task["error"]
+
+
+def test_a_set_whose_queue_breaks_off_part_way_imports_what_was_queued_and_keeps_nothing_else(
+        api, queue_env, monkeypatch):
+    settings = queue_env()
+    queue = jobs._queue()
+    real, calls = queue.huey.enqueue, []
+
+    def fails_after_the_first(task):
+        calls.append(task)
+        if len(calls) > 1:
+            raise OSError("disk I/O error")
+        return real(task)
+
+    monkeypatch.setattr(queue.huey, "enqueue", fails_after_the_first)
+    files = [("files", (f"{n}.md", MANUAL.format(name=f"星火 {n}").encode(), "text/markdown")) for n in ("C1", "C2", "C3")]
+    reply = api.post("/api/upload", files=files)
+    assert reply.status_code == 503, reply.text
+    error = reply.json()["error"]
+    assert "只有部分文件排上了导入队列" in error and "C2.md、C3.md 没有开始导入" in error and "disk I/O error" in error
+    by_name = {t["file_name"]: t for t in get_task_store().list()}
+    assert by_name["C1.md"]["task_id"] in error
+    done, _ = watch([by_name["C1.md"]["task_id"]])  # the queued one goes on and completes
+    assert done[by_name["C1.md"]["task_id"]]["status"] == "completed"
+    assert all(by_name[n]["status"] == "failed" and "导入任务没有排上队" in by_name[n]["error"] for n in ("C2.md", "C3.md"))
+    kept = [p.name for p in (settings.data_dir / "uploads").rglob("*") if p.is_file()]
+    assert not any(name.startswith(("C2", "C3")) for name in kept)  # the refused files are not kept
+    assert [r["product"] for r in get_document_registry().list()] == ["星火 C1"]
 
 
 def test_an_unreachable_redis_refuses_uploads_and_questions_keeps_nothing_and_shows_in_health(api, queue_env):

@@ -1,8 +1,10 @@
-"""Manuals attached to a chat message: one set, imported in the background with a progress message
-per file, then one summary for the set (products recognised across it) with buttons to correct it."""
+"""Manuals attached to a chat message: one set, imported by the task queue (in this process or by a
+worker elsewhere) with a progress message per file, then one summary for the set (products recognised
+across it) with buttons to correct it."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from pathlib import Path
@@ -12,16 +14,15 @@ from chainlit.server import UserParam, upload_file
 from fastapi import FastAPI, HTTPException, UploadFile
 from fastapi.routing import APIRoute
 
-from graphs.importing import (
-    ImportResult, StagedFile, UploadRejected, discard, import_set, run_import, stage_uploads,
-)
-from services.errors import ImportProcessError
+from graphs.importing import StagedFile, UploadRejected, discard, enqueue_set, queued_part, stage_uploads
+from services.errors import ImportProcessError, StorageError
 from services.settings import get_settings
+from services.task_store import COMPLETED
 from ui import knowledge
 from ui.access import may_change_knowledge_base, user_name
-from ui.background import in_thread, spawn
+from ui.background import spawn
 from ui.chat import answer
-from ui.progress import FileView
+from ui.progress import FileView, follow_tasks
 
 log = logging.getLogger("ui.attachments")
 
@@ -90,28 +91,35 @@ async def stage_all(files: list) -> tuple[list[StagedFile], dict[str, FileView]]
     return staged, views
 
 
+def not_queued(name: str, exc: StorageError) -> str:
+    return f"❌ 《{name}》的导入任务无法创建，没有开始导入：{exc.message}"
+
+
 async def import_attachments(files: list) -> None:
     """The files of one message as one set (the caller has checked that this user may import)."""
     staged, views = await stage_all(files)
     if not staged:
         return
-    by = user_name()
-
-    async def on_event(event: dict) -> None:
-        view = views.get(event.get("task_id"))
-        if view is not None:
-            await view.on_event(event)
     try:
-        results: list[ImportResult] = await in_thread(
-            lambda emit: import_set([s.path for s in staged], staged=staged, on_event=emit, updated_by=by), on_event)
+        task_ids = await asyncio.to_thread(enqueue_set, staged, updated_by=user_name())
+    except StorageError as exc:
+        task_ids = queued_part(exc)  # a set that broke off part way: the queued files go on
+        refused = [item for item in staged if item.task_id not in task_ids]
+        discard(refused)  # as the HTTP API does: nothing refers to them, no button offers them again
+        for item in refused:
+            await views[item.task_id].fail(not_queued(item.display_name, exc))
+        if not task_ids:
+            return
     except Exception as exc:
-        log.exception("import of a set crashed")
-        discard(staged)  # nothing refers to them: no button offers them again
+        log.exception("queueing a set crashed")
+        discard(staged)
         for view in views.values():
             await view.crashed(exc)
         return
-    items = [{"file": s.display_name, "product": r.item_name, "how": r.product_how, "doc_id": r.doc_id}
-             for s, r in zip(staged, results) if r.status == "completed"]
+    ended = await follow_tasks({task_id: views[task_id] for task_id in task_ids})
+    imported = [(item, ended[item.task_id]) for item in staged if ended.get(item.task_id, {}).get("status") == COMPLETED]
+    items = [{"file": item.display_name, "product": task["result"]["item_name"], "how": task["job"].get("how", ""),
+              "doc_id": task["result"]["doc_id"]} for item, task in imported]
     if items:
         await knowledge.send_set_summary(items)
 
@@ -142,14 +150,18 @@ async def ask_and_reimport(action: cl.Action) -> None:
     if not product:
         await cl.Message(content="没有收到新的商品名，保持原样。").send()
         return
-    await action.remove()
-    staged = StagedFile.from_dict(info)
+    # the same file again under another name: a task of its own
+    staged = dataclasses.replace(StagedFile.from_dict(info), task_id=uuid.uuid4().hex)
     view = FileView(info["display_name"], done_actions=rename_button(staged))
     await view.show()
-    by = user_name()
-    try:  # the same file again under another name: a task of its own
-        await in_thread(lambda emit: run_import(staged.path, product=product, staged=staged, on_event=emit,
-                                                updated_by=by), view.on_event)
+    try:
+        task_ids = await asyncio.to_thread(enqueue_set, [staged], product, updated_by=user_name())
+    except StorageError as exc:  # the button stays: the staged file still belongs to the imported document
+        await view.fail(not_queued(info["display_name"], exc))
+        return
     except Exception as exc:
         log.exception("re-import of %s crashed", staged.name)
         await view.crashed(exc)
+        return
+    await action.remove()
+    await follow_tasks({task_ids[0]: view})

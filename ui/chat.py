@@ -136,7 +136,8 @@ class AnswerView:
     async def on_sub_question(self, event: dict) -> None:
         if event["phase"] == "start":
             parent = self.steps.get("node_sub_question")
-            step = cl.Step(name=f"子问题 {event['index']}：{event['question']}", type="retrieval",
+            label = "原问题" if event.get("whole") else f"子问题 {event['index']}"
+            step = cl.Step(name=f"{label}：{event['question']}", type="retrieval",
                            parent_id=parent.id if parent else self.parent_id, show_input=False)
             step.start = utc_now()
             self.sub_steps[event["index"]] = step

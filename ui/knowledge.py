@@ -11,14 +11,15 @@ from typing import Awaitable, Callable
 
 import chainlit as cl
 
-from graphs.importing import catalog
-from services.errors import ImportProcessError
+from graphs.importing import catalog, enqueue_reimport, enqueue_reindex
+from services.errors import ImportProcessError, StorageError
+from services.task_store import COMPLETED
 from ui.access import can_edit, may_change_knowledge_base, user_name
 from ui.background import drop_buttons, in_thread, keep_buttons, spawn
 from ui.format import (
     CHUNK_PAGE, NO_PRODUCT, by_product, chunk_page, file_label, kb_overview, product_view, set_summary,
 )
-from ui.progress import FileView
+from ui.progress import FileView, Follower, follow_tasks
 
 COMMAND = "知识库"
 COMMANDS = [{"id": COMMAND, "icon": "library", "description": "查看和管理知识库：产品、文档、切片",
@@ -223,14 +224,15 @@ async def reimport(action: cl.Action) -> None:
     record = await asyncio.to_thread(catalog.document, doc_id)
     view = FileView(record.get("file_name") or doc_id)
     await view.show()
-    by = user_name()
     try:
-        await in_thread(lambda emit: catalog.reimport_document(doc_id, updated_by=by, on_event=emit), view.on_event)
-    except ImportProcessError as exc:
+        task_id = await asyncio.to_thread(enqueue_reimport, doc_id, user_name())
+    except ImportProcessError as exc:  # no original to import from, or the queue refused
         await view.fail(f"❌ 《{view.name}》无法重新导入：{exc.message}")
+        return
     except Exception as exc:
         await view.crashed(exc)
         raise
+    await follow_tasks({task_id: view})
 
 
 async def ask_delete_document(action: cl.Action) -> None:
@@ -270,14 +272,43 @@ async def confirmed(action: cl.Action) -> None:
         result = await asyncio.to_thread(catalog.delete_product, str(p.get("product") or ""))
         await say(f"🗑️ 已删除产品“{result['product']}”（{len(result['documents'])} 份文档）。", again())
     elif op == "reindex":
-        by = user_name()
-        result, message = await in_progress("正在重建索引……", lambda emit: catalog.reindex_all(
-            updated_by=by, progress=emit))
+        await reindex()
+    else:
+        await say("❌ 无法识别的操作。")
+
+
+class ProgressLines(Follower):
+    """A long task's progress lines, the newest under the message's first line."""
+
+    def __init__(self, message: cl.Message, first: str):
+        super().__init__()
+        self.message, self.first = message, first
+
+    async def on_step(self, step: dict) -> None:
+        if step.get("type") == "progress":
+            self.message.content = f"⏳ {self.first}\n\n{step['text']}"
+            await self.message.update()
+
+
+async def reindex() -> None:
+    """On the task queue, as every import is; its progress and outcome come from the task store."""
+    first = "正在重建索引……"
+    message = await say(f"⏳ {first}")
+    try:
+        task_id = await asyncio.to_thread(enqueue_reindex, user_name())
+    except StorageError as exc:
+        await finish(message, f"❌ 重建索引没有开始：{exc.message}")
+        return
+    task = (await follow_tasks({task_id: ProgressLines(message, first)})).get(task_id)
+    if task is None:  # the task store stopped answering
+        await finish(message, "⚠️ 重建索引的进度无法读取，它可能仍在后台进行，稍后请查看知识库。")
+    elif task["status"] != COMPLETED:
+        await finish(message, f"❌ {task.get('error') or '重建索引失败'}")
+    else:
+        result = task["result"]
         failed = "".join(f"\n- 《{f['file_name']}》：{f['error']}" for f in result["failed"])
         await finish(message, f"✅ 重建索引完成：共 {result['documents']} 份文档，成功 {result['completed']} 份"
                               + (f"，失败 {len(result['failed'])} 份：{failed}" if failed else "。"))
-    else:
-        await say("❌ 无法识别的操作。")
 
 
 ACTIONS: dict[str, Callable[[cl.Action], Awaitable[None]]] = {

@@ -2,7 +2,8 @@
 
 The public front door: the CLI, the chat, the HTTP API and the benchmarks import through these names
 and never reach into node modules. `import_set` / `run_import` import in the calling thread;
-`enqueue_set` / `enqueue_reindex` put the work on the task queue (see jobs.py) and return task ids.
+`enqueue_set` / `enqueue_reimport` / `enqueue_reindex` put the work on the task queue (see jobs.py) and
+return task ids.
 """
 from graphs.importing.chunking import PATH_SEP
 from graphs.importing.files import (
@@ -12,13 +13,14 @@ from graphs.importing.files import (
 from graphs.importing import catalog
 from graphs.importing.runner import ImportResult, import_set, run_import
 from graphs.importing.jobs import (
-    enqueue_reindex, enqueue_set, hand_on_expired, run_worker, start_in_app_worker, stop_in_app_workers,
+    enqueue_reimport, enqueue_reindex, enqueue_set, hand_on_expired, queued_part, run_worker, start_in_app_worker,
+    stop_in_app_workers,
 )
 
 __all__ = [
     "catalog",
     "MAX_FILES", "PATH_SEP", "SUPPORTED", "ImportResult", "StagedFile", "UploadRejected", "discard", "doc_identity",
     "import_set", "iter_import_files", "run_import", "safe_filename", "stage_uploads", "validate_file",
-    "enqueue_reindex", "enqueue_set", "hand_on_expired", "run_worker", "start_in_app_worker",
-    "stop_in_app_workers",
+    "enqueue_reimport", "enqueue_reindex", "enqueue_set", "queued_part", "hand_on_expired", "run_worker",
+    "start_in_app_worker", "stop_in_app_workers",
 ]

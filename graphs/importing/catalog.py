@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from graphs.importing.nodes.embedding import embed_text
+from graphs.importing.chunking import embed_text
 from graphs.importing.nodes.item_name import MAX_NAME_CHARS, one_line
 from graphs.importing.runner import ImportResult, run_import
 from services.documents import DAMAGED, IMPORTING, READY, get_document_registry
@@ -154,16 +154,21 @@ def reindex_all(*, updated_by: str = "", progress: Progress = _quiet) -> dict:
     return {"documents": len(records), "completed": len(done), "failed": failed}
 
 
-def reimport_document(doc_id: str, *, updated_by: str = "",
-                      on_event: Callable[[dict], None] | None = None) -> ImportResult:
-    """One document imported again from its stored original, under its product."""
+def reimportable(doc_id: str) -> dict:
+    """The record of a document that can be imported again from its stored original."""
     record = document(doc_id)
     if not record.get("original_key"):
         raise ValidationError("这份文档没有保存原件，请重新上传。")
-    return _reimport(record, updated_by, on_event)
+    return record
 
 
-def _reimport(record: dict, updated_by: str, on_event: Callable[[dict], None] | None = None) -> ImportResult:
+def reimport_document(doc_id: str, *, updated_by: str = "", task_id: str | None = None,
+                      may_retry: bool = False) -> ImportResult:
+    """One document imported again from its stored original, under its product (a queue task's body)."""
+    return _reimport(reimportable(doc_id), updated_by, task_id=task_id, may_retry=may_retry)
+
+
+def _reimport(record: dict, updated_by: str, *, task_id: str | None = None, may_retry: bool = False) -> ImportResult:
     settings = get_settings()
     folder = settings.data_dir / "reindex" / record["doc_id"]
     folder.mkdir(parents=True, exist_ok=True)
@@ -178,7 +183,7 @@ def _reimport(record: dict, updated_by: str, on_event: Callable[[dict], None] | 
                           product_evidence=record.get("product_evidence", ""), identity=record.get("identity"),
                           original_key=record["original_key"], updated_by=updated_by,
                           source=record.get("source") or "path", file_name=record.get("file_name", ""),
-                          on_event=on_event)
+                          task_id=task_id, may_retry=may_retry)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

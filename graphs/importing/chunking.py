@@ -21,6 +21,10 @@ NO_TITLE = "无标题"
 PATH_SEP = " > "
 MILVUS_VARCHAR_BYTES = 65535
 MIN_MAX_LEN = 100
+# The import's chunk sizes (characters): chunks are cut at headings, split above the maximum and
+# merged with a neighbour of the same section below the minimum.
+MAX_CONTENT_LENGTH = 2000
+MIN_CONTENT_LENGTH = 500
 SEPARATORS = ["\n\n", "\n", "。", "！", "？", "；", ".", "!", "?", ";", " ", ""]
 
 HEADING_RE = re.compile(r"^\s*#{1,6}\s+.+")
@@ -42,6 +46,12 @@ _PAGE_OR_IMAGE_RE = re.compile(rf"{PAGE_MARKER_RE.pattern}|!\[[^\]\n]*\]\([^)\n]
 CALLOUT_RE = re.compile(
     r"^(?:说明|注意|注意事项|警告|提示|注|小贴士|note|notes|warning|tip|tips|caution|important)[！!：:]*$",
     re.IGNORECASE)
+
+
+def embed_text(chunk: dict) -> str:
+    """What a chunk is embedded as: the product name in the text separates near-identical
+    instructions of twins."""
+    return f"{chunk['item_name']}\n{chunk['content']}"
 
 
 def normalize_newlines(text: str) -> str:

@@ -14,7 +14,7 @@ import uuid
 
 from graphs.importing import catalog
 from graphs.importing.files import StagedFile
-from graphs.importing.runner import decide_products, run_import
+from graphs.importing.runner import ImportResult, decide_products, run_import
 from services.errors import StorageError, is_transient
 from services.object_store import get_object_store
 from services.settings import Settings, get_settings
@@ -24,7 +24,7 @@ from services.task_store import RETRY, get_task_store
 log = logging.getLogger("import.jobs")
 
 RUN_TASK = "zgzk.run_task"
-IMPORT, REINDEX = "import", "reindex"
+IMPORT, REIMPORT, REINDEX = "import", "reimport", "reindex"
 REINDEX_NAME = "重建索引"
 
 
@@ -34,7 +34,8 @@ def enqueue_set(staged: list[StagedFile], product: str | None = None, products: 
                 updated_by: str = "") -> list[str]:
     """Queue the import of files that arrived together: one task each, their products decided across
     the set now. Returns the task ids; StorageError when the tasks could not be created or queued
-    (the files are then not imported, and the tasks say so)."""
+    (the files are then not imported, and the tasks say so), `NotQueued` naming those that were
+    queued when the queue failed part way."""
     decisions = decide_products([item.path for item in staged], product=product, products=products, staged=staged)
     tasks, set_id = get_task_store(), uuid.uuid4().hex
     for item, decided in zip(staged, decisions):
@@ -42,6 +43,17 @@ def enqueue_set(staged: list[StagedFile], product: str | None = None, products: 
         tasks.create(item.task_id, item.name, product=decided["product"], job=job, by=updated_by)
     _send([item.task_id for item in staged])
     return [item.task_id for item in staged]
+
+
+def enqueue_reimport(doc_id: str, updated_by: str = "") -> str:
+    """Queue one document's import again from its stored original; returns its task id.
+    ValidationError at once when there is no such document or it kept no original."""
+    record = catalog.reimportable(doc_id)
+    task_id = uuid.uuid4().hex
+    get_task_store().create(task_id, record.get("file_name") or doc_id, product=record.get("product"),
+                            job={"kind": REIMPORT, "doc_id": doc_id, "updated_by": updated_by}, by=updated_by)
+    _send([task_id])
+    return task_id
 
 
 def enqueue_reindex(updated_by: str = "") -> str:
@@ -52,18 +64,34 @@ def enqueue_reindex(updated_by: str = "") -> str:
     return task_id
 
 
+class NotQueued(StorageError):
+    """Tasks that could not be queued, which are marked failed; `queued` are those that were (a set
+    can break off part way) and go on."""
+
+    def __init__(self, cause: StorageError, queued: list[str]):
+        super().__init__(cause.message, cause=cause)
+        self.queued = queued
+
+
+def queued_part(exc: StorageError) -> list[str]:
+    """The tasks of a set that were queued before queueing failed (none for any other error)."""
+    return list(exc.queued) if isinstance(exc, NotQueued) else []
+
+
 def _send(task_ids: list[str]) -> None:
     settings = get_settings()
     queue = _queue(settings)
     if settings.import_in_app:
         start_in_app_worker()
+    queued: list[str] = []
     try:
         for task_id in task_ids:
             queue.send(RUN_TASK, task_id)
+            queued.append(task_id)
     except StorageError as exc:
-        for task_id in task_ids:
+        for task_id in task_ids[len(queued):]:
             get_task_store().fail(task_id, f"导入任务没有排上队：{exc.message}")
-        raise
+        raise NotQueued(exc, queued) from exc
 
 
 def _queue(settings: Settings | None = None) -> TaskQueue:
@@ -85,8 +113,9 @@ def run_task(task_id: str) -> None:
         return
     job, attempts = task.get("job") or {}, int(task["attempts"])
     may_retry = attempts <= settings.import_retries
+    run = {REINDEX: _run_reindex, REIMPORT: _run_reimport}.get(job.get("kind"), _run_import)
     try:
-        error = _run_reindex(task_id, job) if job.get("kind") == REINDEX else _run_import(task_id, job, may_retry)
+        error = run(task_id, job, may_retry)
     except Exception as exc:  # the import records its own failures; this is the task store or the queue
         log.exception("task %s crashed", task_id)
         if not (may_retry and is_transient(exc)):
@@ -101,7 +130,6 @@ def run_task(task_id: str) -> None:
 
 
 def _run_import(task_id: str, job: dict, may_retry: bool) -> str | None:
-    """None when done (completed, or failed for good); the error when worth another attempt."""
     staged = StagedFile.from_dict(job["staged"])
     if not staged.path.is_file():  # a worker on another machine: the original is in the object store
         staged.path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,10 +137,21 @@ def _run_import(task_id: str, job: dict, may_retry: bool) -> str | None:
     result = run_import(staged.path, product=job.get("product"), product_source=job.get("product_source", "user"),
                         product_evidence=job.get("product_evidence", ""), staged=staged, task_id=task_id,
                         set_id=job.get("set_id", ""), updated_by=job.get("updated_by", ""), may_retry=may_retry)
+    return _worth_retrying(result, may_retry)
+
+
+def _run_reimport(task_id: str, job: dict, may_retry: bool) -> str | None:
+    result = catalog.reimport_document(job["doc_id"], updated_by=job.get("updated_by", ""), task_id=task_id,
+                                       may_retry=may_retry)
+    return _worth_retrying(result, may_retry)
+
+
+def _worth_retrying(result: ImportResult, may_retry: bool) -> str | None:
+    """None when done (completed, or failed for good); the error when worth another attempt."""
     return result.error if result.status == "failed" and may_retry and result.transient else None
 
 
-def _run_reindex(task_id: str, job: dict) -> str | None:
+def _run_reindex(task_id: str, job: dict, may_retry: bool) -> str | None:
     tasks, lease_s = get_task_store(), get_settings().task_lease_s
     try:
         with tasks.leased(task_id, lease_s):

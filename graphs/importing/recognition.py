@@ -14,24 +14,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# A product noun right after a model says the model is a product; a technical noun says it is not.
-PRODUCT_NOUNS = ("主板", "开发板", "板卡", "单板计算机", "单板机", "核心板", "计算模块", "模组", "模块", "小主机",
-                 "主机", "路由器", "设备", "产品", "系列", "是一款", "是一个", "电脑", "控制器", "万用表", "电磁炉",
-                 "打印机", "汽车", "轿车", "手机", "平板", "底板", "盒子", "套件")
-TECH_NOUNS = ("芯片", "处理器", "系统", "镜像", "接口", "引脚", "命令", "协议", "驱动", "工具", "软件", "文件",
-              "版本", "内核", "源码", "仓库", "脚本", "服务", "容器", "编译", "环境", "串口", "网络", "协处理器")
-# Names of interfaces, systems and tools that manuals mention everywhere: never a product of the set.
-TECH_TERMS = {
-    "usb", "hdmi", "gpio", "uart", "i2c", "spi", "pwm", "adc", "sd", "tf", "emmc", "nvme", "ssd", "pcie", "sata",
-    "mipi", "csi", "dsi", "dc", "ac", "led", "lcd", "wifi", "wi-fi", "bt", "ble", "poe", "rj45", "type-c", "typec",
-    "linux", "debian", "ubuntu", "android", "windows", "macos", "docker", "gcc", "git", "ssh", "ftp", "http",
-    "https", "url", "api", "sdk", "os", "cpu", "gpu", "npu", "ram", "rom", "ddr", "lpddr4", "dram", "flash",
-    "u-boot", "uboot", "bios", "spl", "jtag", "risc-v", "arm", "x86", "ip", "tcp", "udp", "dns", "dhcp", "vpn",
-    "nas", "ota", "pc", "faq", "readme", "the", "and", "for", "with", "this", "note", "tip", "warning", "info",
-    "danger", "caution", "image", "images", "step", "version", "v", "id", "sn", "mac", "pin", "vcc", "gnd",
-    "tx", "rx", "ok", "yes", "no", "on", "off", "ethernet", "bluetooth", "buildroot", "bootloader", "kernel",
-    "eeprom", "rtc", "ir", "mcu", "soc", "cm", "lite", "pro", "max", "plus", "mini", "mm", "mb", "gb", "kb",
-}
+from graphs.vocabulary import PRODUCT_NOUNS, TECH_NOUNS, TECH_TERMS
+from services.doc_converter import markdown_of
+from services.settings import get_settings
+from services.text_files import read_text
+
 HEX_HASH = re.compile(r"^[0-9a-f]{12,}$", re.IGNORECASE)
 VARIANT = re.compile(r"^(?:[A-Z]{1,4}|[A-Za-z]*\d[A-Za-z0-9.]*|Pro|Max|Plus|Lite|Mini|Ultra|SE|Air)$")
 TOKEN = r"[A-Za-z0-9][A-Za-z0-9]*(?:[-.+][A-Za-z0-9]+)*"
@@ -376,6 +363,21 @@ def page_of(path: Path, root: Path | None, text: str) -> Page:
     return read_page(str(path), text, folders)
 
 
+def page_text(path: Path) -> str | None:
+    """A page's Markdown (a web page converted), or None for a whole manual or a file that cannot be
+    read (the import itself reports it)."""
+    kind = path.suffix.lower()
+    try:
+        if kind in (".md", ".markdown"):
+            return read_text(path)
+        max_bytes = get_settings().max_upload_mb * 1024 * 1024
+        if kind in (".html", ".htm") and path.stat().st_size <= max_bytes:
+            return markdown_of(path, "html", max_bytes=max_bytes)
+    except Exception:
+        return None
+    return None
+
+
 @dataclass
 class PlannedFile:
     path: Path
@@ -386,23 +388,22 @@ class PlannedFile:
 
 def plan_set(paths: list[Path], root: Path | None = None,
              folders: dict[str, tuple[str, ...]] | None = None) -> list[PlannedFile]:
-    """Products of a set of files before any is imported. Markdown pages are read together (`root`
-    gives their folders, or `folders` per path for uploads that carried them; flat uploads have
-    none); a PDF is a whole manual and is left to its own recognition, as is a set of one."""
+    """Products of a set of files before any is imported. Markdown and web pages are read together
+    (`root` gives their folders, or `folders` per path for uploads that carried them; flat uploads
+    have none); a PDF or a Word file is a whole manual and is left to its own recognition, as is a
+    set of one."""
     from graphs.importing.nodes.item_name import offline_item_name
-    from services.text_files import read_text
 
     pages, own = [], {}
     for path in paths:
-        if path.suffix.lower() in (".md", ".markdown") and len(paths) > 1:
-            try:
-                text = read_text(path)
-            except Exception:  # the import itself reports an unreadable file
-                continue
-            pages.append(read_page(str(path), text, folders[str(path)]) if folders and str(path) in folders
-                         else page_of(path, root, text))
-            own[str(path)] = offline_item_name(text, [], path.stem, path)
-    found = SetRecogniser(pages).assign() if pages else {}
+        text = page_text(path) if len(paths) > 1 else None
+        if text is None:
+            continue
+        pages.append(read_page(str(path), text, folders[str(path)]) if folders and str(path) in folders
+                     else page_of(path, root, text))
+        own[str(path)] = offline_item_name(text, [], path.stem, path)
+    # one page beside whole manuals is no set: it is named on its own, as a single file is
+    found = SetRecogniser(pages).assign() if len(pages) > 1 else {}
     out = []
     for path in paths:
         r = found.get(str(path))

@@ -12,14 +12,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from langchain_core.runnables import RunnableConfig
+
+from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.files import StagedFile, discard, doc_identity
 from graphs.importing.graph import build_import_graph
 from graphs.importing.recognition import plan_set
 from services.errors import ImportProcessError, is_transient
-from services.object_store import get_object_store
-from services.settings import get_settings
 from services.task_store import get_task_store
-from services.vector_store import eq_filter, get_vector_store
+from services.vector_store import eq_filter
 
 log = logging.getLogger("import.runner")
 
@@ -50,7 +51,7 @@ class ImportResult:
         return asdict(self)
 
 
-def discard_failed(result: ImportResult, staged: StagedFile | None) -> None:
+def discard_failed(result: ImportResult, staged: StagedFile | None, cfg: ImportConfiguration) -> None:
     """After a failure: an upload's staged copy goes. A document with no stored version also loses
     its pictures, its original and its work folder (nothing refers to them); an earlier good version
     keeps its own. The vector store rolls its own writes back."""
@@ -62,9 +63,9 @@ def discard_failed(result: ImportResult, staged: StagedFile | None) -> None:
     if not doc_key:
         return
     try:
-        if not get_vector_store().count(expr=eq_filter("doc_id", doc_id)):
-            get_object_store().delete_document(doc_key)
-            shutil.rmtree(get_settings().data_dir / "work" / doc_key, ignore_errors=True)
+        if not cfg.vector_store.count(expr=eq_filter("doc_id", doc_id)):
+            cfg.object_store.delete_document(doc_key)
+            shutil.rmtree(cfg.settings.data_dir / "work" / doc_key, ignore_errors=True)
     except Exception as exc:  # the failure is already reported; log what could not be undone
         log.warning("clean-up after the failed import of %s failed: %s", result.file, exc)
 
@@ -73,13 +74,17 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
                task_id: str | None = None, on_event: Callable[[dict], None] | None = None,
                product_source: str = "user", product_evidence: str = "", set_id: str = "",
                updated_by: str = "", identity: str | None = None, original_key: str | None = None,
-               source: str = "path", file_name: str = "", may_retry: bool = False) -> ImportResult:
+               source: str = "path", file_name: str = "", may_retry: bool = False,
+               config: RunnableConfig | None = None) -> ImportResult:
     """Import one file. `product` (given by a person, or by set recognition with
     product_source="set") overrides recognition; `staged` is an upload received by stage_uploads.
-    With `may_retry` a transient failure leaves the task to the caller (a queue worker retries it)."""
+    With `may_retry` a transient failure leaves the task to the caller (a queue worker retries it).
+    `config` carries the graph's configuration (`{"configurable": {"settings": ...}}`, see
+    configuration.py)."""
     task_id = task_id or uuid.uuid4().hex
-    tasks = get_task_store()
-    lease_s = get_settings().task_lease_s
+    cfg = ImportConfiguration.from_runnable_config(config)
+    tasks = get_task_store(cfg.settings)
+    lease_s = cfg.settings.task_lease_s
     if tasks.get(task_id) is None:
         tasks.create(task_id, staged.name if staged else Path(path).name, product=product, by=updated_by)
     tasks.start(task_id, lease_s)
@@ -99,10 +104,13 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     final: dict = {}
 
     def forward(event: dict) -> None:
-        if event["type"] == "node_start":
-            tasks.node_started(task_id, event["node"])
-        elif event["type"] == "node_end":
-            tasks.node_finished(task_id, event["node"])
+        kind, node, label = event["type"], event.get("node", ""), event.get("label", "")
+        if kind == "node_start":
+            tasks.node_started(task_id, node, label)
+        elif kind == "node_end":
+            tasks.node_finished(task_id, node, label, event.get("summary", ""), float(event.get("seconds") or 0))
+        elif kind == "node_error":
+            tasks.node_failed(task_id, node, label, event.get("error", ""))
         if on_event is not None:
             try:
                 on_event({**event, "task_id": task_id})
@@ -111,7 +119,7 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
 
     try:
         with tasks.leased(task_id, lease_s):
-            for mode, payload in build_import_graph().stream(state, stream_mode=["custom", "values"]):
+            for mode, payload in build_import_graph().stream(state, config, stream_mode=["custom", "values"]):
                 if mode == "custom":
                     forward(payload)
                 else:
@@ -136,7 +144,7 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     if result.error:
         if may_retry and result.transient:  # the next attempt needs what this one staged and stored
             return result
-        discard_failed(result, staged)
+        discard_failed(result, staged, cfg)
         tasks.fail(task_id, result.error)
         forward({"type": "import_failed", "error": result.error, "node": result.failed_node})
         return result

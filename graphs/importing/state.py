@@ -1,4 +1,8 @@
-"""State of the import graph (the seed's ImportGraphState, plus identity and bookkeeping)."""
+"""State of the import graph: the file, what it became on the way, and its registry fields.
+
+Nodes return new values (new chunk dicts, never the state's own edited in place); `node_log` has a
+reducer, every other key is written by one node at a time and replaced.
+"""
 from __future__ import annotations
 
 from typing import TypedDict

@@ -7,15 +7,12 @@ any fault falls back to the offline rule over the scorer's relevance scores.
 from __future__ import annotations
 
 import logging
+from itertools import zip_longest
 
-from graphs.query.calibration import calibration
-from graphs.query.nodes.rerank import cliff_cutoff
+from graphs.query.configuration import QueryConfiguration
 from graphs.query.product_match import normalize, rank_products
-from graphs.query.retrieval import rerank_order
-from services.chat_model import get_chat_model, invoke_text, parse_json_reply
+from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
-from services.reranker import OfflineReranker, get_reranker
-from services.settings import get_settings
 
 log = logging.getLogger("query.evidence")
 
@@ -24,28 +21,6 @@ BOOL_FIELDS = ("relevant", "answerable", "ambiguous")
 TEXT_FIELDS = ("reason", "missing", "follow_up")
 GRADE_PASSAGES = 6
 GRADE_PASSAGE_CHARS = 600
-
-
-def answer_threshold(scorer: str) -> float:
-    """The calibrated threshold on the scale of the scorer that ran (the offline scorer stands in
-    for a failed cross-encoder)."""
-    return calibration(scorer=scorer).answer_threshold
-
-
-def rank_and_cut(question: str, hits: list[dict], item_names: list[str]) -> tuple[list[dict], dict]:
-    """Hits in node_rerank's order (scorer fused with the recall order), cut at the first cliff."""
-    cal = calibration()
-    try:
-        ranked, scorer = rerank_order(question, hits, item_names, cal)
-        keep = cliff_cutoff(sorted((s for s, _ in ranked), reverse=True), *cal.cliff)
-    except Exception as exc:  # a broken scorer keeps the search order: weak evidence, not no answer
-        log.warning("scoring failed, keeping search order: %s", exc)
-        scorer = f"reranker（失败：{exc}）"
-        ranked = [(0.0, h) for h in hits]
-        keep = min(len(hits), cal.cliff[1])
-    kept = [{**h, "score": float(s)} for s, h in ranked[:keep]]
-    return kept, {"scorer": scorer, "cutoff": keep, "total": len(ranked),
-                  "scores": [round(float(s), 4) for s, _ in ranked]}
 
 
 def strip_products(question: str, item_names: list[str]) -> str:
@@ -59,16 +34,17 @@ def strip_products(question: str, item_names: list[str]) -> str:
     return " ".join(text.split()) or question
 
 
-def topic_scores(question: str, item_names: list[str], docs: list[dict]) -> tuple[list[float] | None, str]:
+def topic_scores(cfg: QueryConfiguration, question: str, item_names: list[str],
+                 docs: list[dict]) -> tuple[list[float] | None, str]:
     """(scores of the docs against the question without its products, the scorer's name); None when
     no scorer works."""
     text = strip_products(question, item_names)
     try:
-        reranker = get_reranker()
+        reranker = cfg.reranker
         return reranker.score(text, docs), reranker.name
     except Exception as exc:  # the offline scorer, which the threshold was calibrated on, stands in
         log.warning("reranker failed, grading with the offline scorer: %s", exc)
-    offline = OfflineReranker(get_settings())
+    offline = cfg.offline_reranker
     try:
         return offline.score(text, docs), offline.name
     except Exception as exc:
@@ -83,16 +59,19 @@ def unscored_grade() -> dict:
             "method": "unscored"}
 
 
-def offline_grade(top: float, scorer: str) -> dict:
-    """The rule over calibrated scores: the best passage's score against the scorer's threshold.
-    Passages of the confirmed product came back, so they count as relevant; scores say nothing
-    about ambiguity, so the offline rule never asks back."""
-    threshold = answer_threshold(scorer)
+def offline_grade(top: float, threshold: float, floor: float) -> dict:
+    """The rule over calibrated scores: the best passage's score against the threshold and the
+    refusal floor calibrated on the scale of the scorer that ran. Passages of the confirmed product
+    came back, so they count as relevant; scores say nothing about ambiguity, so the offline rule
+    never asks back. Under the threshold but not the floor the evidence is `weak`: after the one
+    rewrite it is answered with a caution instead of "not known"."""
     answerable = top >= threshold
+    reason = f"最相关资料得分 {top:.3f}，{'达到' if answerable else '低于'}作答阈值 {threshold:.3f}"
+    if not answerable:
+        reason += f"，{'不低于' if top >= floor else '低于'}拒答下限 {floor:.3f}"
     return {"relevant": True, "answerable": answerable, "ambiguous": False, "confidence": round(top, 4),
-            "route": "answer" if answerable else "rewrite",
-            "reason": f"最相关资料得分 {top:.3f}，{'达到' if answerable else '低于'}作答阈值 {threshold:.3f}",
-            "missing": "", "follow_up": "", "method": "offline"}
+            "route": "answer" if answerable else "rewrite", "reason": reason, "missing": "", "follow_up": "",
+            "method": "offline", "weak": not answerable and top >= floor}
 
 
 def validate_grade(data: dict) -> dict:
@@ -116,9 +95,10 @@ def grade_context(docs: list[dict]) -> str:
                        for i, d in enumerate(docs[:GRADE_PASSAGES], 1))
 
 
-def model_grade(question: str, item_names: list[str], docs: list[dict], fallback: dict) -> dict | None:
+def model_grade(cfg: QueryConfiguration, question: str, item_names: list[str], docs: list[dict],
+                fallback: dict) -> dict | None:
     """One JSON-mode call (None offline); a failed call or an invalid reply falls back to the rule."""
-    llm = get_chat_model(json_mode=True)
+    llm = cfg.chat_model(json_mode=True)
     if llm is None:
         return None
     user = load_prompt("grade_user", item_names="、".join(item_names) or "（未指定）", question=question,
@@ -138,24 +118,30 @@ def resolve_route(grade: dict, has_evidence: bool, *, sub_question: bool, rewrit
     if route == "answer" and not grade["answerable"]:
         route = "rewrite"  # a contradiction: the judged facts win over the judged route
     if route == "rewrite" and (sub_question or rewrites_left <= 0):
-        # no second try left: ask back when the question was ambiguous, otherwise say so
-        route = "clarify" if grade["ambiguous"] and not sub_question else "no_knowledge"
+        # no second try left: ask back when the question was ambiguous, answer with caution what
+        # is weak but above the refusal floor, otherwise say so
+        if grade["ambiguous"] and not sub_question:
+            route = "clarify"
+        else:
+            route = "answer" if grade.get("weak") and not sub_question else "no_knowledge"
     if route == "clarify" and sub_question:
         route = "no_knowledge"  # a sub-question cannot ask the user; the synthesis reports the gap
     return route
 
 
-def grade_evidence(question: str, item_names: list[str], docs: list[dict], *,
+def grade_evidence(cfg: QueryConfiguration, question: str, item_names: list[str], docs: list[dict], *,
                    sub_question: bool = False, rewrites_left: int = 0) -> dict:
-    scores, scorer = topic_scores(question, item_names, docs) if docs else ([], "")
+    scores, scorer = topic_scores(cfg, question, item_names, docs) if docs else ([], "")
     top = max(scores or [], default=0.0)
     if not docs:
         grade = {"relevant": False, "answerable": False, "ambiguous": False, "confidence": 0.0,
                  "route": "no_knowledge", "reason": "没有检索到任何资料", "missing": "", "follow_up": "",
                  "method": "no_evidence"}
     else:
-        fallback = offline_grade(top, scorer) if scores is not None else unscored_grade()
-        grade = model_grade(question, item_names, docs, fallback) or fallback
+        cal = cfg.calibration(scorer)
+        fallback = (offline_grade(top, cal.answer_threshold, cal.refuse_threshold) if scores is not None
+                    else unscored_grade())
+        grade = model_grade(cfg, question, item_names, docs, fallback) or fallback
     judged = grade["route"]
     grade["route"] = resolve_route(grade, bool(docs), sub_question=sub_question, rewrites_left=rewrites_left)
     if grade["route"] != judged:
@@ -164,8 +150,42 @@ def grade_evidence(question: str, item_names: list[str], docs: list[dict], *,
     return grade
 
 
-def strength(grade: dict) -> tuple[bool, float]:
-    return grade.get("route") == "answer", float(grade.get("top_score") or 0.0)
+def interleave(lists: list[list[dict]]) -> list[dict]:
+    """Passages taken in turns from each list, deduplicated (the higher score kept)."""
+    merged: dict[str, dict] = {}
+    for row in zip_longest(*lists):
+        for doc in row:
+            if doc is None:
+                continue
+            key = doc.get("chunk_id") or doc.get("url") or doc.get("content", "")
+            seen = merged.get(key)
+            merged[key] = doc if seen is None else {**seen, "score": max(seen["score"], doc["score"])}
+    return list(merged.values())
+
+
+def merge_evidence(results: list[dict]) -> list[dict]:
+    """The kept passages of a split question's branches as one list: the whole question's own list
+    first, in its order (what the question unsplit would answer from), then the sub-questions'
+    passages in turns, so no sub-question's sources crowd out another's."""
+    whole = [d for r in results if r.get("whole") for d in r["docs"]]
+    parts = interleave([r["docs"] for r in results if not r.get("whole")])
+    return interleave([whole + parts])  # one list: a passage keeps its first place
+
+
+def strength(grade: dict) -> int:
+    """What the evidence supports: 2 an answer, 1 a cautious answer (weak, above the refusal floor),
+    0 none. Only a better decision makes the rewritten set replace the first one: scores a few
+    thousandths apart say nothing, and the first set was found with the user's own words."""
+    if grade.get("route") == "answer" and not grade.get("weak"):
+        return 2
+    return 1 if grade.get("weak") else 0
+
+
+def weak_warning(grade: dict) -> str:
+    """The caution shown with an answer built on weak evidence ("" otherwise)."""
+    if grade.get("route") != "answer" or not grade.get("weak"):
+        return ""
+    return f"资料相关度较低（{grade['confidence']:.2f}），说明书里可能没有直接的答案，回答请对照来源核实。"
 
 
 def no_knowledge_text(item_names: list[str]) -> str:

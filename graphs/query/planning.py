@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import re
 
+from langchain_openai import ChatOpenAI
+
 from graphs.query.product_match import VERSION_TOKEN, normalize, rank_products
-from services.chat_model import get_chat_model, invoke_text, parse_json_reply
+from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
 
 log = logging.getLogger("query.planning")
@@ -141,10 +143,7 @@ def validate_plan(data: dict, products: list[str]) -> dict:
     return {"complexity": "complex", "reason": reason, "sub_questions": subs, "method": "model"}
 
 
-def model_plan(question: str, products: list[str]) -> dict | None:
-    llm = get_chat_model(json_mode=True)
-    if llm is None:
-        return None
+def model_plan(llm: ChatOpenAI, question: str, products: list[str]) -> dict | None:
     user = load_prompt("plan_user", item_names="、".join(products), question=question)
     try:
         return validate_plan(parse_json_reply(invoke_text(llm, load_prompt("plan_system"), user)), products)
@@ -153,11 +152,23 @@ def model_plan(question: str, products: list[str]) -> dict | None:
         return None
 
 
-def plan_question(question: str, item_names: list[str], known: list[str]) -> dict:
-    """{complexity, reason, sub_questions: [{question, item_names}], method, item_names}"""
+def evidence_branches(question: str, item_names: list[str], subs: list[dict]) -> list[dict]:
+    """What fans out: every sub-question (index 1..n) and, when no sub-question narrows the products
+    (parts or sentences of one question, not one product each), the whole question as well (index
+    0, `whole`): its retrieval is what the question would get unsplit, so the parts can only add
+    passages to it, never lose the one passage that answers several parts at once."""
+    branches = [{**sub, "index": i} for i, sub in enumerate(subs, 1)]
+    if subs and all(sorted(sub["item_names"]) == sorted(item_names) for sub in subs):
+        branches.insert(0, {"question": question, "item_names": list(item_names), "index": 0, "whole": True})
+    return branches
+
+
+def plan_question(question: str, item_names: list[str], known: list[str], llm: ChatOpenAI | None = None) -> dict:
+    """{complexity, reason, sub_questions: [{question, item_names}], method, item_names}; with a JSON-mode
+    chat model the model plans, offline (or when its reply is unusable) the rules do."""
     products = named_products(question, item_names, known)
     if not MARKERS.search(question):
         plan = simple("没有比较或分项的提法")
     else:
-        plan = model_plan(question, products) or rule_plan(question, products, item_names, known)
+        plan = (llm and model_plan(llm, question, products)) or rule_plan(question, products, item_names, known)
     return {**plan, "item_names": products}

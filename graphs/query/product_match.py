@@ -12,7 +12,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from graphs.importing.recognition import TECH_TERMS
+from graphs.vocabulary import TECH_TERMS
 
 CONFIRM_SCORE = 0.95
 BRAND_SCORE = 0.62

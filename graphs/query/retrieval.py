@@ -2,16 +2,22 @@
 and the benchmark. Every weight comes from `graphs.query.calibration`."""
 from __future__ import annotations
 
+import logging
 import re
 
 import jieba
 
-from graphs.query.calibration import RRF_K, Calibration, calibration
+from typing import TYPE_CHECKING
+
+from graphs.query.calibration import RRF_K, Calibration
 from graphs.query.contracts import Hit
-from services.embeddings import get_embedder
-from services.reranker import get_reranker, squashed
-from services.settings import get_settings
-from services.vector_store import get_vector_store, in_filter
+from services.reranker import Reranker, squashed
+from services.vector_store import in_filter
+
+if TYPE_CHECKING:
+    from graphs.query.configuration import QueryConfiguration
+
+log = logging.getLogger("query.retrieval")
 
 OUTPUT = ["chunk_id", "content", "item_name", "title", "parent_title", "file_title", "doc_id", "page_start",
           "page_end"]
@@ -35,21 +41,27 @@ def without_products(text: str, item_names: list[str] | None) -> str:
     return rest if WORD.search(rest) else text
 
 
-def search_chunks(text: str, item_names: list[str] | None, limit: int | None = None) -> list[Hit]:
+def search_chunks(cfg: QueryConfiguration, text: str, item_names: list[str] | None,
+                  limit: int | None = None) -> list[Hit]:
     """Dense and sparse recall (optionally per product), fused by weighted reciprocal rank; all of
     both lists unless `limit`."""
-    settings = get_settings()
-    cal = calibration(settings)
-    store = get_vector_store(settings)
-    vec = get_embedder(settings).embed_query(text)
+    cal = cfg.calibration()
+    store = cfg.vector_store
+    vec = cfg.embedder.embed_query(text)
     expr = in_filter("item_name", item_names) if item_names else ""
     dense = store.dense_search(store.chunks, vec, expr=expr, limit=cal.recall_limit, fields=OUTPUT)
     lexical = without_products(text, item_names) if cal.strip_products else text
     sparse = store.sparse_search(store.chunks, vec, lexical, expr=expr, limit=cal.recall_limit, fields=OUTPUT)
     hits = rrf_fuse([(sparse, cal.sparse_weight), (dense, cal.dense_weight)], top_n=limit or 2 * cal.recall_limit)
-    for rank, hit in enumerate(hits, 1):
-        hit["rank"] = rank
-    return hits
+    return [{**hit, "rank": rank} for rank, hit in enumerate(hits, 1)]
+
+
+def merge_sources(local: list[Hit], web: list[dict]) -> list[Hit]:
+    """The manual's fused chunks, then the web results, as one list for the reranker."""
+    docs: list[Hit] = [{**d, "source": "local"} for d in local]
+    docs += [{"source": "web", "url": w.get("url", ""), "title": w.get("title", ""), "content": w.get("snippet") or w.get("content", "")}
+             for w in web if (w.get("snippet") or w.get("content"))]
+    return docs
 
 
 def rrf_fuse(lists: list[tuple[list[Hit], float]], k: int = RRF_K, top_n: int = 10) -> list[Hit]:
@@ -76,12 +88,10 @@ def is_thin(doc: dict) -> bool:
     return len(re.sub(r"[\s\W_]+", "", body)) < THIN_CHARS
 
 
-def rerank_order(query: str, docs: list[dict], item_names: list[str] | None = None,
-                 cal: Calibration | None = None) -> tuple[list[tuple[float, dict]], str]:
+def rerank_order(reranker: Reranker, query: str, docs: list[dict], item_names: list[str] | None,
+                 cal: Calibration) -> tuple[list[tuple[float, dict]], str]:
     """(score, doc) in final order, and the scorer's name: the reranker's order fused with the recall
     order by the calibrated weights; chunks without text go last. A scorer that fails raises."""
-    cal = cal or calibration()
-    reranker = get_reranker()
     scores = reranker.score(without_products(query, item_names) if cal.strip_products else query, docs)
     fused = {i: 0.0 for i in range(len(docs))}
     # The recall order of each source (manual chunks, web results) is its own list, as in RRF.
@@ -93,6 +103,44 @@ def rerank_order(query: str, docs: list[dict], item_names: list[str] | None = No
         fused[i] += cal.rerank_weight / (RRF_K + rank)
     order = sorted(range(len(docs)), key=lambda i: (is_thin(docs[i]), -fused[i]))
     return [(scores[i], docs[i]) for i in order], reranker.name
+
+
+def cliff_cutoff(scores: list[float], min_k: int = 3, max_k: int = 10, abs_gap: float = 0.5,
+                 rel_gap: float = 0.25) -> int:
+    """How many to keep: cut after i+1 at the first big drop between positions min_k-1..max_k-2."""
+    n = min(len(scores), max_k)
+    for i in range(min_k - 1, n - 1):
+        gap = scores[i] - scores[i + 1]
+        if gap >= abs_gap or (scores[i] != 0 and gap / abs(scores[i]) >= rel_gap):
+            return i + 1
+    return n
+
+
+def scorer_name(cfg: QueryConfiguration) -> str:
+    """Which scorer failed, where it can still be told (a model that failed to load cannot)."""
+    try:
+        return cfg.reranker.name
+    except Exception:
+        return "reranker"
+
+
+def rank_and_cut(cfg: QueryConfiguration, question: str, docs: list[dict],
+                 item_names: list[str] | None) -> tuple[list[dict], dict]:
+    """Docs in rerank order (scorer fused with the recall order), cut at the first cliff, and what
+    the step shows of it. A broken scorer degrades to the fused order, never to no answer."""
+    cal = cfg.calibration()
+    try:  # loading the model is part of scoring: a bad model folder fails here too
+        ranked, scorer = rerank_order(cfg.reranker, question, docs, item_names, cal)
+        # How many are relevant comes from the scores; which ones, from the fused order.
+        keep = cliff_cutoff(sorted((s for s, _ in ranked), reverse=True), *cal.cliff)
+    except Exception as exc:
+        log.warning("reranker failed, keeping RRF order: %s", exc)
+        scorer = f"{scorer_name(cfg)}（失败，保留 RRF 顺序：{exc}）"
+        ranked = [(0.0, d) for d in docs]
+        keep = min(len(docs), cal.cliff[1])
+    kept = [{**d, "score": float(s)} for s, d in ranked[:keep]]
+    return kept, {"scorer": scorer, "cutoff": keep, "total": len(ranked),
+                  "scores": [round(float(s), 4) for s, _ in ranked]}
 
 
 def brief(hits: list[dict], n: int = 10) -> list[dict]:

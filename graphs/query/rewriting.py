@@ -12,8 +12,9 @@ import re
 from collections import defaultdict
 
 import jieba
+from langchain_openai import ChatOpenAI
 
-from services.chat_model import get_chat_model, invoke_text, parse_json_reply
+from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
 from services.reranker import STOPWORDS, idf, query_terms
 
@@ -46,11 +47,8 @@ def feedback_terms(question: str, docs: list[dict], n: int = FEEDBACK_TERMS) -> 
     return sorted(weights, key=lambda w: (-weights[w], w))[:n]
 
 
-def model_plan(question: str, item_names: list[str], docs: list[dict]) -> dict | None:
-    """{method, text} from one JSON-mode call; None offline or when the reply is unusable."""
-    llm = get_chat_model(json_mode=True)
-    if llm is None:
-        return None
+def model_plan(llm: ChatOpenAI, question: str, item_names: list[str], docs: list[dict]) -> dict | None:
+    """{method, text} from one JSON-mode call; None when the reply is unusable."""
     titles = "\n".join(f"- {d.get('title', '')}" for d in docs[:FEEDBACK_DOCS]) or "（无）"
     user = load_prompt("rewrite_plan_user", item_names="、".join(item_names), question=question, titles=titles)
     try:
@@ -67,9 +65,10 @@ def model_plan(question: str, item_names: list[str], docs: list[dict]) -> dict |
     return {"method": method, "text": text[:MAX_AID_CHARS]}
 
 
-def plan_rewrite(question: str, item_names: list[str], docs: list[dict]) -> dict:
-    """{method, text, query}: `query` is what the second retrieval searches with."""
-    plan = model_plan(question, item_names, docs)
+def plan_rewrite(question: str, item_names: list[str], docs: list[dict], llm: ChatOpenAI | None = None) -> dict:
+    """{method, text, query}: `query` is what the second retrieval searches with. With a JSON-mode chat
+    model the model picks step-back or HyDE; offline, pseudo-relevance feedback terms."""
+    plan = model_plan(llm, question, item_names, docs) if llm is not None else None
     if plan is None:
         terms = feedback_terms(question, docs)
         plan = {"method": "prf", "text": " ".join(terms), "terms": terms}

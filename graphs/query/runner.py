@@ -10,6 +10,8 @@ import time
 import uuid
 from typing import AsyncIterator, Callable
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.query.contracts import ErrorEvent, Event, FinalEvent
 from graphs.query.graph import build_query_graph
 from services.errors import ImportProcessError
@@ -48,13 +50,14 @@ def error_event(exc: Exception, session_id: str) -> ErrorEvent:
 
 
 async def astream_query(query: str, *, session_id: str | None = None, product: str | None = None,
-                        options: dict | None = None) -> AsyncIterator[Event]:
-    """Progress and answer events, ending with one `final` or one `error` event."""
+                        options: dict | None = None, config: RunnableConfig | None = None) -> AsyncIterator[Event]:
+    """Progress and answer events, ending with one `final` or one `error` event. `config` carries the
+    graph's configuration (`{"configurable": {"settings": ..., "reranker": ...}}`, see configuration.py)."""
     state = initial_state(query, session_id, product, options)
     started = time.perf_counter()
     last: dict = state
     try:
-        async for mode, payload in build_query_graph().astream(state, stream_mode=["custom", "values"]):
+        async for mode, payload in build_query_graph().astream(state, config, stream_mode=["custom", "values"]):
             if mode == "custom":
                 yield payload
             else:
@@ -66,14 +69,15 @@ async def astream_query(query: str, *, session_id: str | None = None, product: s
 
 
 def run_query(query: str, *, session_id: str | None = None, product: str | None = None,
-              options: dict | None = None, on_event: Callable[[dict], None] | None = None) -> dict:
+              options: dict | None = None, on_event: Callable[[dict], None] | None = None,
+              config: RunnableConfig | None = None) -> dict:
     """Blocking form for the CLI, benchmarks and tests: the final (or error) event, plus all events."""
     state = initial_state(query, session_id, product, options)
     started = time.perf_counter()
     last: dict = state
     events: list[dict] = []
     try:
-        for mode, payload in build_query_graph().stream(state, stream_mode=["custom", "values"]):
+        for mode, payload in build_query_graph().stream(state, config, stream_mode=["custom", "values"]):
             if mode == "custom":
                 events.append(payload)
                 if on_event:

@@ -1,10 +1,14 @@
-"""State of the query graph (the seed's QueryGraphState plus candidates and a node log)."""
+"""State of the query graph: what the question became, what was found, what was answered.
+
+Lists that several nodes or parallel branches add to have reducers (`warnings`, `node_log`,
+`sub_results`); every other key is written by one node at a time and replaced.
+"""
 from __future__ import annotations
 
 import operator
 from typing import Annotated, TypedDict
 
-from graphs.base import NodeLog
+from graphs.base import NodeLog, Warnings
 
 
 class QueryGraphState(TypedDict, total=False):
@@ -39,5 +43,5 @@ class QueryGraphState(TypedDict, total=False):
     image_urls: list[str]
     sources: list[dict]
     is_stream: bool
-    warnings: list[str]
+    warnings: Warnings           # each node returns only the warnings it adds
     node_log: NodeLog

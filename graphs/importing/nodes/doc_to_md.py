@@ -4,19 +4,22 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.base import graph_node
+from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.nodes.md_img import image_root, resolve_image
+from graphs.importing.state import ImportGraphState
 from services.doc_converter import KIND_NAMES, convert_to_markdown
 from services.errors import DocumentConversionError
-from services.settings import get_settings
 
 
 @graph_node("import", "node_doc_to_md", "文档转 Markdown", DocumentConversionError)
-def node_doc_to_md(state: dict) -> dict:
+def node_doc_to_md(state: ImportGraphState, config: RunnableConfig) -> dict:
     source = Path(state["doc_path"])
     kind = state["file_type"]
     out_dir = Path(state["work_dir"]) / kind
-    settings = get_settings()
+    settings = ImportConfiguration.from_runnable_config(config).settings
     shutil.rmtree(out_dir, ignore_errors=True)  # a re-import converts afresh
     # Pictures a web page names by path follow the same rule as a Markdown file's own.
     root = image_root(source, settings.data_dir)

@@ -6,17 +6,17 @@ import logging
 from pathlib import Path
 
 from graphs.base import graph_node
-from graphs.importing.chunking import html_to_markdown, normalize_newlines, split_markdown
+from graphs.importing.chunking import (
+    MAX_CONTENT_LENGTH, MIN_CONTENT_LENGTH, html_to_markdown, normalize_newlines, split_markdown,
+)
+from graphs.importing.state import ImportGraphState
 from services.errors import DocumentSplitError, ValidationError
 
 log = logging.getLogger("import.node_document_split")
 
-MAX_CONTENT_LENGTH = 2000
-MIN_CONTENT_LENGTH = 500
-
 
 @graph_node("import", "node_document_split", "文档切分", DocumentSplitError)
-def node_document_split(state: dict) -> dict:
+def node_document_split(state: ImportGraphState) -> dict:
     text = html_to_markdown(normalize_newlines(state.get("md_content") or ""))
     if not text.strip():
         raise ValidationError("文档没有可导入的文字内容。")

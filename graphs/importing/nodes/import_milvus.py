@@ -9,13 +9,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.base import emit, graph_node
-from services.documents import get_document_registry
-from services.embeddings import get_embedder
+from graphs.importing.configuration import ImportConfiguration
+from graphs.importing.state import ImportGraphState
 from services.errors import MilvusError
-from services.object_store import get_object_store
-from services.settings import get_settings
-from services.vector_store import get_vector_store
 
 
 def file_sha256(path: Path) -> str:
@@ -26,7 +25,7 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def record_version(state: dict, original_key: str, chunks: int, embedder: str) -> dict:
+def record_version(state: ImportGraphState, original_key: str, chunks: int, embedder: str) -> dict:
     """The registry fields of this version of the document."""
     path = Path(state["import_file_path"])
     images = state.get("images") or []
@@ -45,11 +44,9 @@ def record_version(state: dict, original_key: str, chunks: int, embedder: str) -
 
 
 @graph_node("import", "node_import_milvus", "写入向量库", MilvusError)
-def node_import_milvus(state: dict) -> dict:
-    settings = get_settings()
-    store = get_vector_store(settings)
-    registry = get_document_registry(settings)
-    embedder = get_embedder(settings)
+def node_import_milvus(state: ImportGraphState, config: RunnableConfig) -> dict:
+    cfg = ImportConfiguration.from_runnable_config(config)
+    store, registry, embedder = cfg.vector_store, cfg.registry, cfg.embedder
     name = state["item_name"]
     rows = [
         {**c, "file_title": state["file_title"], "doc_id": state["doc_id"], "part": int(c.get("part") or 1)}
@@ -57,7 +54,7 @@ def node_import_milvus(state: dict) -> dict:
     ]
     # Embedded before anything is written: a failure here leaves the store untouched.
     item = {"file_title": state["file_title"], "item_name": name, **embedder.embed([name])[0]}
-    original = state.get("original_key") or get_object_store(settings).upload_original(
+    original = state.get("original_key") or cfg.object_store.upload_original(
         Path(state["import_file_path"]), state["doc_key"])
     version = record_version(state, original, len(rows), f"{embedder.name}/{embedder.dim}")
 

@@ -10,9 +10,15 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from langchain_core.runnables import RunnableConfig
+from langchain_openai import ChatOpenAI
+
 from graphs.base import graph_node
-from graphs.importing.recognition import MAX_NAME_CHARS, PRODUCT_NOUNS, SetRecogniser, is_valid_name, read_page
-from services.chat_model import get_chat_model, invoke_text
+from graphs.importing.configuration import ImportConfiguration
+from graphs.importing.recognition import MAX_NAME_CHARS, SetRecogniser, is_valid_name, read_page
+from graphs.importing.state import ImportGraphState
+from graphs.vocabulary import PRODUCT_NOUNS
+from services.chat_model import invoke_text
 from services.prompts import load_prompt
 
 log = logging.getLogger("import.node_item_name_recognition")
@@ -94,10 +100,7 @@ def offline_item_name(md_text: str, chunks: list[dict], file_title: str, source:
     return re.sub(r"\s+", " ", name).strip()[:MAX_NAME_CHARS] or file_title[:MAX_NAME_CHARS]
 
 
-def llm_item_name(chunks: list[dict], file_title: str) -> str:
-    llm = get_chat_model()
-    if llm is None:
-        return ""
+def llm_item_name(llm: ChatOpenAI, chunks: list[dict], file_title: str) -> str:
     context = "\n\n".join(f"【片段{i}】\n{c['content']}" for i, c in enumerate(chunks[:TOP_K], 1))
     user = load_prompt("item_name_user", file_title=file_title, context=context[:CONTEXT_LIMIT])
     try:
@@ -112,7 +115,8 @@ def llm_item_name(chunks: list[dict], file_title: str) -> str:
 
 
 @graph_node("import", "node_item_name_recognition", "商品名识别")
-def node_item_name_recognition(state: dict) -> dict:
+def node_item_name_recognition(state: ImportGraphState, config: RunnableConfig) -> dict:
+    llm = ImportConfiguration.from_runnable_config(config).chat_model()
     chunks = state["chunks"]
     given = one_line(state.get("product") or "")
     evidence = state.get("product_evidence", "")
@@ -123,7 +127,7 @@ def node_item_name_recognition(state: dict) -> dict:
         page = read_page(state["import_file_path"], text)
         stems = {state["file_title"], Path(state["import_file_path"]).stem}
         # the model proposes; a name the document does not use (or a stem, a heading) is refused
-        name, source = llm_item_name(chunks, state["file_title"]), "llm"
+        name, source = (llm_item_name(llm, chunks, state["file_title"]) if llm else ""), "llm"
         if not is_valid_name(name, [page], stems):
             name, source = offline_item_name(text, chunks, state["file_title"], Path(state["import_file_path"])), "offline"
         if not is_valid_name(name, [page], stems):
@@ -132,8 +136,7 @@ def node_item_name_recognition(state: dict) -> dict:
                 name, evidence = named.product, named.evidence
             else:
                 evidence = "未能从文档中确定产品名，请确认或修改"
-    for chunk in chunks:
-        chunk["item_name"] = name
+    named_chunks = [{**chunk, "item_name": name} for chunk in chunks]
     how = {"user": "用户指定", "set": "按整组文档识别", "llm": "大模型识别", "offline": "离线规则识别"}[source]
-    return {"chunks": chunks, "item_name": name, "item_name_source": source, "product_evidence": evidence,
+    return {"chunks": named_chunks, "item_name": name, "item_name_source": source, "product_evidence": evidence,
             "_summary": f"{name}（{how}）" + (f"：{evidence}" if evidence else "")}

@@ -13,12 +13,14 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.base import emit, graph_node
+from graphs.importing.configuration import ImportConfiguration
+from graphs.importing.state import ImportGraphState
 from services.errors import ImageProcessingError, ValidationError
-from services.object_store import get_object_store
 from services.prompts import load_prompt
 from services.remote_images import RemoteImageRefused, fetch_image, is_remote
-from services.settings import get_settings
 from services.text_files import read_text, sanitize_text
 from services.vision_model import caption_image
 
@@ -112,14 +114,15 @@ def safe_caption(caption: str) -> str:
 
 
 @graph_node("import", "node_md_img", "图片处理", ImageProcessingError)
-def node_md_img(state: dict) -> dict:
-    settings = get_settings()
+def node_md_img(state: ImportGraphState, config: RunnableConfig) -> dict:
+    cfg = ImportConfiguration.from_runnable_config(config)
+    settings = cfg.settings
     md_file = Path(state["md_path"])
     text = sanitize_text(read_text(md_file))
     if not has_text(text):  # checked before any upload, so a refused file leaves nothing behind
         name = Path(state.get("import_file_path") or md_file).name
         raise ValidationError(f"文档“{name}”没有任何文字内容（空白或只有图片），无法导入。")
-    store = get_object_store(settings)
+    store = cfg.object_store
     doc_key = state["doc_key"]
     use_model = settings.llm_enabled
     images: list[dict] = []

@@ -4,17 +4,20 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.base import emit, graph_node
+from graphs.importing.configuration import ImportConfiguration
+from graphs.importing.state import ImportGraphState
 from services.errors import PdfConversionError
 from services.pdf_parser import page_count, pdf_to_markdown
-from services.settings import get_settings
 
 
 @graph_node("import", "node_pdf_to_md", "PDF 转 Markdown", PdfConversionError)
-def node_pdf_to_md(state: dict) -> dict:
+def node_pdf_to_md(state: ImportGraphState, config: RunnableConfig) -> dict:
     pdf = Path(state["pdf_path"])
     out_dir = Path(state["work_dir"]) / "pdf"
-    settings = get_settings()
+    settings = ImportConfiguration.from_runnable_config(config).settings
     # A re-import converts afresh: images of an earlier conversion (MinerU names them by hash)
     # would otherwise pile up in the work folder.
     shutil.rmtree(out_dir, ignore_errors=True)

@@ -6,21 +6,21 @@ model's `【图片】` block, its Markdown images and image URLs no source carri
 """
 from __future__ import annotations
 
-import logging
 import re
 
 import httpx
 import openai
+from langchain_core.runnables import RunnableConfig
+from langchain_openai import ChatOpenAI
 
 from graphs.base import emit, graph_node
+from graphs.query.configuration import QueryConfiguration
 from graphs.query.extractive import extractive_answer
-from services.chat_model import get_chat_model, messages
+from graphs.query.state import QueryGraphState
+from services.chat_model import messages
 from services.errors import LLMError
-from services.history_store import get_history_store
 from services.prompts import load_prompt
-from services.settings import get_settings
 
-log = logging.getLogger("query.node_answer_output")
 
 IMAGE_SUFFIX = re.compile(r"\.(png|jpe?g|gif|webp|bmp|svg)(\?.*)?$", re.IGNORECASE)
 MD_IMAGE = re.compile(r"!\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?[^)\n]*\)")
@@ -100,9 +100,8 @@ def settled_part(text: str) -> str:
     return text
 
 
-def stream_answer(prompt_user: str, allowed_urls: set[str]) -> str:
+def stream_answer(llm: ChatOpenAI, prompt_user: str, allowed_urls: set[str], timeout_s: float) -> str:
     """Stream the model's answer as deltas of what the user may see; return the shown answer."""
-    llm = get_chat_model()
     text, shown = "", ""
     try:
         for chunk in llm.stream(messages(load_prompt("answer_system"), prompt_user)):
@@ -112,7 +111,7 @@ def stream_answer(prompt_user: str, allowed_urls: set[str]) -> str:
                 emit({"type": "delta", "delta": visible[len(shown):]})
                 shown = visible
     except (openai.APITimeoutError, httpx.TimeoutException) as exc:
-        raise LLMError(f"回答生成超时：大模型超过 {get_settings().llm_timeout_s:g} 秒没有响应。", cause=exc) from exc
+        raise LLMError(f"回答生成超时：大模型超过 {timeout_s:g} 秒没有响应。", cause=exc) from exc
     except Exception as exc:
         raise LLMError(f"回答生成中断：{exc}", cause=exc) from exc
     answer = shown_text(text, allowed_urls)
@@ -132,36 +131,25 @@ def sources_of(docs: list[dict]) -> list[dict]:
             for i, d in enumerate(docs, 1)]
 
 
-def save_answer(state: dict, answer: str, urls: list[str], warnings: list[str]) -> None:
-    try:
-        get_history_store().add_message(state["session_id"], "assistant", answer,
-                                        rewritten_query=state.get("rewritten_query", ""),
-                                        item_names=state.get("item_names") or [], image_urls=urls)
-    except Exception as exc:  # the answer is already with the user; losing the log is not fatal
-        log.warning("saving the answer failed: %s", exc)
-        warnings.append("回答未能保存到对话历史。")
-
-
 @graph_node("query", "node_answer_output", "生成回答")
-def node_answer_output(state: dict) -> dict:
-    warnings = list(state.get("warnings") or [])
+def node_answer_output(state: QueryGraphState, config: RunnableConfig) -> dict:
+    cfg = QueryConfiguration.from_runnable_config(config)
     if state.get("answer"):  # branch B / C: the clarification or refusal is the answer
         emit({"type": "delta", "delta": state["answer"]})
-        save_answer(state, state["answer"], [], warnings)
-        return {"image_urls": [], "sources": [], "warnings": warnings, "_summary": "直接回复（澄清/拒答）"}
+        return {"image_urls": [], "sources": [], "_summary": "直接回复（澄清/拒答）"}
     docs = state.get("reranked_docs") or []
-    context, history, n = build_context(docs, state.get("history") or [], get_settings().max_context_chars)
+    context, history, n = build_context(docs, state.get("history") or [], cfg.settings.max_context_chars)
     prompt = load_prompt("answer_user", context=context or "（无）", history=history,
                          item_names="、".join(state.get("item_names") or []), question=state["rewritten_query"])
-    if get_chat_model() is None:
+    llm = cfg.chat_model()
+    if llm is None:
         answer, cited = extractive_answer(state["rewritten_query"], docs)
         urls = image_urls(cited)
         emit({"type": "delta", "delta": answer})
         how = "摘录式回答（未配置大模型）"
     else:
         urls = image_urls(docs[:n])  # only pictures of the sources the model was given
-        answer = stream_answer(prompt, set(urls))
+        answer = stream_answer(llm, prompt, set(urls), cfg.settings.llm_timeout_s)
         how = "大模型流式回答"
-    save_answer(state, answer, urls, warnings)
     return {"answer": answer, "prompt": prompt, "image_urls": urls, "sources": sources_of(docs[:n]),
-            "warnings": warnings, "_summary": f"{how}，{len(answer)} 字，{len(urls)} 张图片，引用 {n} 条资料"}
+            "_summary": f"{how}，{len(answer)} 字，{len(urls)} 张图片，引用 {n} 条资料"}

@@ -1,14 +1,19 @@
 """node_grade: judge the kept passages and decide: answer, one rewrite, ask back, or say it is not known.
 
 After the one rewrite the better of the two evidence sets is kept (both are scored against the same
-question, so their scores compare); still weak means "not known", never a guess.
+question; the rewritten one only when it supports a better decision); still weak means "not known", never a guess, unless the offline
+score is above the calibrated refusal floor: then the answer comes with a caution.
 """
 from __future__ import annotations
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.base import graph_node
+from graphs.query.configuration import QueryConfiguration
 from graphs.query.evidence import (
-    clarify_text, grade_evidence, no_knowledge_text, resolve_route, strength,
+    clarify_text, grade_evidence, no_knowledge_text, resolve_route, strength, weak_warning,
 )
+from graphs.query.state import QueryGraphState
 
 MAX_REWRITES = 1
 ROUTE_NAMES = {"answer": "可以回答", "rewrite": "证据不足，改写后再检索一次", "clarify": "需要用户补充条件",
@@ -16,22 +21,27 @@ ROUTE_NAMES = {"answer": "可以回答", "rewrite": "证据不足，改写后再
 
 
 @graph_node("query", "node_grade", "证据评估")
-def node_grade(state: dict) -> dict:
+def node_grade(state: QueryGraphState, config: RunnableConfig) -> dict:
+    cfg = QueryConfiguration.from_runnable_config(config)
     docs = state.get("reranked_docs") or []
     item_names = state.get("item_names") or []
     done = int(state.get("rewrite_count") or 0)
-    grade = grade_evidence(state["rewritten_query"], item_names, docs, rewrites_left=MAX_REWRITES - done)
+    grade = grade_evidence(cfg, state["rewritten_query"], item_names, docs, rewrites_left=MAX_REWRITES - done)
     out: dict = {"grade": grade}
     first = state.get("first_evidence")
     if first:
-        if strength(first["grade"]) >= strength(grade):  # the first try was at least as good: keep it
+        if strength(first["grade"]) >= strength(grade):  # the rewrite decided nothing better: keep the first
             kept = first["grade"]
             route = resolve_route(kept, bool(first["docs"]), sub_question=False, rewrites_left=0)
-            grade = {**kept, "route": route, **({"corrected_from": kept["route"]} if route != kept["route"] else {})}
-            out.update(grade=grade, reranked_docs=first["docs"], rerank_info=first["rerank_info"])
-            grade["evidence"] = "first"
+            grade = {**kept, "route": route, "evidence": "first",
+                     **({"corrected_from": kept["route"]} if route != kept["route"] else {})}
+            out.update(reranked_docs=first["docs"], rerank_info=first["rerank_info"])
         else:
-            grade["evidence"] = "rewritten"
+            grade = {**grade, "evidence": "rewritten"}
+        out["grade"] = grade
+    caution = weak_warning(grade)
+    if caution:
+        out["warnings"] = [caution]
     if grade["route"] == "no_knowledge":
         out["answer"] = no_knowledge_text(item_names)
     elif grade["route"] == "clarify":

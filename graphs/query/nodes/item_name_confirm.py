@@ -9,24 +9,20 @@ import logging
 import re
 from datetime import datetime
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.base import graph_node
 from graphs.query.calibration import EVIDENCE_MARGIN, EVIDENCE_THRESHOLD
+from graphs.query.configuration import QueryConfiguration
 from graphs.query.product_match import CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, names_unknown_model, rank_products
 from graphs.query.retrieval import search_chunks
-from services.chat_model import get_chat_model, invoke_text, parse_json_reply
-from services.embeddings import get_embedder
-from services.errors import StateFieldError
-from services.history_store import get_history_store
+from graphs.query.state import QueryGraphState
+from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
-from services.reranker import OfflineReranker, get_reranker
-from services.settings import get_settings
-from services.vector_store import get_vector_store
 
 log = logging.getLogger("query.node_item_name_confirm")
 
-HISTORY_LIMIT = 10
 MAX_CANDIDATES = 3
-MAX_QUERY_CHARS = 2000
 
 
 def format_history(history: list[dict]) -> str:
@@ -39,9 +35,9 @@ def format_history(history: list[dict]) -> str:
     return "\n".join(lines) or "（无）"
 
 
-def extract_with_llm(query: str, history: list[dict]) -> tuple[list[str], str] | None:
+def extract_with_llm(cfg: QueryConfiguration, query: str, history: list[dict]) -> tuple[list[str], str] | None:
     """One JSON-mode call: product names and a standalone rewritten question (None offline)."""
-    llm = get_chat_model(json_mode=True)
+    llm = cfg.chat_model(json_mode=True)
     if llm is None:
         return None
     user = load_prompt("query_rewrite_user", history=format_history(history), query=query)
@@ -57,14 +53,13 @@ def extract_with_llm(query: str, history: list[dict]) -> tuple[list[str], str] |
     return names, rewritten
 
 
-def vector_scores(names: list[str]) -> dict[str, float]:
+def vector_scores(cfg: QueryConfiguration, names: list[str]) -> dict[str, float]:
     """Seed scoring: hybrid search of each extracted name in kb_item_names (only meaningful with
     BGE-M3 vectors, whose name-to-name scores separate; offline the lexical match decides)."""
-    settings = get_settings()
-    embedder = get_embedder(settings)
+    embedder = cfg.embedder
     if embedder.sparse_mode == "bm25":
         return {}
-    store = get_vector_store(settings)
+    store = cfg.vector_store
     scores: dict[str, float] = {}
     for name in names:
         for hit in store.hybrid_search(store.items, embedder.embed_query(name), name, limit=5):
@@ -72,16 +67,16 @@ def vector_scores(names: list[str]) -> dict[str, float]:
     return scores
 
 
-def evidence_products(query: str) -> tuple[list[str], list[dict]]:
+def evidence_products(cfg: QueryConfiguration, query: str) -> tuple[list[str], list[dict]]:
     """A question naming no product: which products do its strong chunk matches belong to?"""
-    hits = search_chunks(query, None, limit=10)
+    hits = search_chunks(cfg, query, None, limit=10)
     if not hits:
         return [], []
     try:
-        scores = get_reranker().score(query, hits)
+        scores = cfg.reranker.score(query, hits)
     except Exception as exc:  # the offline scorer, which the thresholds were calibrated on, stands in
         log.warning("reranker failed, judging evidence offline: %s", exc)
-        scores = OfflineReranker(get_settings()).score(query, hits)
+        scores = cfg.offline_reranker.score(query, hits)
     ranked = sorted(zip(scores, hits), key=lambda p: -p[0])
     top = ranked[0][0]
     if top < EVIDENCE_THRESHOLD:
@@ -97,7 +92,7 @@ def history_products(history: list[dict]) -> list[str]:
     return []
 
 
-def decide(query: str, products: list[str], history: list[dict], pinned: str) -> dict:
+def decide(cfg: QueryConfiguration, query: str, products: list[str], history: list[dict], pinned: str) -> dict:
     """{branch, item_names, candidates, rewritten_query, method, scores}"""
     if pinned:
         name = pinned if pinned in products else next(
@@ -105,7 +100,7 @@ def decide(query: str, products: list[str], history: list[dict], pinned: str) ->
         if name:
             return {"branch": "confirmed", "item_names": [name], "candidates": [], "rewritten_query": query,
                     "method": "pinned", "scores": {name: 1.0}}
-    extracted = extract_with_llm(query, history)
+    extracted = extract_with_llm(cfg, query, history)
     names, rewritten = extracted if extracted else ([], query)
     scores: dict[str, float] = {}
     other_model = False  # "Milk-V Mars" when only Duo boards are known: another product, not ours
@@ -119,7 +114,7 @@ def decide(query: str, products: list[str], history: list[dict], pinned: str) ->
     if other_model:  # "Milk-V Mars Pro": the brand's other models are no candidates for it
         scores = {n: s for n, s in scores.items() if n not in brand_only}
     other_model |= not scores and names_unknown_model(query, products)
-    for name, score in vector_scores(names).items():
+    for name, score in vector_scores(cfg, names).items():
         scores[name] = max(scores.get(name, 0.0), score)
     confirmed = [n for n, s in scores.items() if s > CONFIRM_THRESHOLD]
     candidates = sorted((n for n, s in scores.items() if CANDIDATE_THRESHOLD <= s <= CONFIRM_THRESHOLD),
@@ -139,7 +134,7 @@ def decide(query: str, products: list[str], history: list[dict], pinned: str) ->
                     "rewritten_query": rewritten if extracted else f"{' '.join(previous)} {query}",
                     "method": "history", "scores": {n: 1.0 for n in previous}}
         # ...otherwise the chunks themselves say which product it is about.
-        found, evidence = evidence_products(rewritten)
+        found, evidence = evidence_products(cfg, rewritten)
         if len(found) == 1:
             return {"branch": "confirmed", "item_names": found, "candidates": [], "rewritten_query": rewritten,
                     "method": "evidence", "scores": {e["item_name"]: e["score"] for e in evidence}}
@@ -164,30 +159,13 @@ def refusal(products: list[str]) -> str:
 
 
 @graph_node("query", "node_item_name_confirm", "产品确认")
-def node_item_name_confirm(state: dict) -> dict:
-    session_id = (state.get("session_id") or "").strip()
-    query = (state.get("original_query") or "").strip()
-    if not session_id:
-        raise StateFieldError("缺少会话 ID。")
-    if not query:
-        raise StateFieldError("问题不能为空。")
-    warnings = list(state.get("warnings") or [])
-    if len(query) > MAX_QUERY_CHARS:
-        query = query[:MAX_QUERY_CHARS]
-        warnings.append(f"问题过长，只使用了前 {MAX_QUERY_CHARS} 个字。")
-    history_store = get_history_store()
-    history, message_id = [], ""
-    try:
-        history = history_store.recent(session_id, HISTORY_LIMIT)
-        message_id = history_store.add_message(session_id, "user", state["original_query"])
-    except Exception as exc:  # history is a convenience; the answer must still come
-        log.warning("history unavailable: %s", exc)
-        warnings.append("对话历史暂时不可用，本次回答不会结合上文，也不会被保存。")
-    products = get_vector_store().product_names()
-    d = decide(query, products, history, (state.get("pinned_product") or "").strip())
+def node_item_name_confirm(state: QueryGraphState, config: RunnableConfig) -> dict:
+    cfg = QueryConfiguration.from_runnable_config(config)
+    products = cfg.vector_store.product_names()
+    query = state["original_query"]
+    d = decide(cfg, query, products, state.get("history") or [], (state.get("pinned_product") or "").strip())
     out = {
-        "original_query": query, "history": history, "message_id": message_id, "branch": d["branch"],
-        "rewritten_query": d["rewritten_query"], "item_names": d["item_names"], "warnings": warnings,
+        "branch": d["branch"], "rewritten_query": d["rewritten_query"], "item_names": d["item_names"],
         "decision": {"method": d["method"], "scores": {k: round(v, 4) for k, v in d["scores"].items()}},
     }
     if d["branch"] == "ask":
@@ -199,15 +177,5 @@ def node_item_name_confirm(state: dict) -> dict:
     else:
         out.update(candidates=[], answer="")
         out["_summary"] = f"已确认：{'、'.join(d['item_names'])}；检索问题：{d['rewritten_query']}"
-    if message_id:
-        try:
-            history_store.update_message(message_id, rewritten_query=d["rewritten_query"],
-                                         item_names=d["item_names"])
-            # earlier turns without a product (a clarification) get it; a session whose recent
-            # turns all have one has nothing to fill, and the write scans the embedded store
-            if any(not m.get("item_names") for m in history):
-                history_store.backfill_item_names(session_id, d["item_names"])
-        except Exception as exc:
-            log.warning("history update failed: %s", exc)
     out["_detail"] = {"branch": d["branch"], **out["decision"], "candidates": out["candidates"]}
     return out

@@ -1,15 +1,19 @@
 """node_plan: a simple question goes to retrieval; a comparison or multi-part one is split."""
 from __future__ import annotations
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.base import graph_node
+from graphs.query.configuration import QueryConfiguration
 from graphs.query.planning import plan_question
-from services.vector_store import get_vector_store
+from graphs.query.state import QueryGraphState
 
 
 @graph_node("query", "node_plan", "问题分析")
-def node_plan(state: dict) -> dict:
+def node_plan(state: QueryGraphState, config: RunnableConfig) -> dict:
+    cfg = QueryConfiguration.from_runnable_config(config)
     plan = plan_question(state["rewritten_query"], state.get("item_names") or [],
-                         get_vector_store().product_names())
+                         cfg.vector_store.product_names(), cfg.chat_model(json_mode=True))
     subs = plan["sub_questions"]
     out = {"plan": {k: plan[k] for k in ("complexity", "reason", "method")}, "sub_questions": subs,
            "_detail": {**plan}}

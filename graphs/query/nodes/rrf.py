@@ -1,14 +1,17 @@
 """node_rrf: weighted reciprocal rank fusion of the question's and the HyDE passage's recall lists."""
 from __future__ import annotations
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.base import graph_node
-from graphs.query.calibration import calibration
+from graphs.query.configuration import QueryConfiguration
 from graphs.query.retrieval import brief, rrf_fuse
+from graphs.query.state import QueryGraphState
 
 
 @graph_node("query", "node_rrf", "RRF 融合")
-def node_rrf(state: dict) -> dict:
-    cal = calibration()
+def node_rrf(state: QueryGraphState, config: RunnableConfig) -> dict:
+    cal = QueryConfiguration.from_runnable_config(config).calibration()
     question = state.get("embedding_chunks") or []
     hyde = state.get("hyde_embedding_chunks") or []
     fused = rrf_fuse([(question, 1.0), (hyde, cal.hyde_weight)], top_n=len(question) + len(hyde))

@@ -5,14 +5,18 @@ sets can be compared.
 """
 from __future__ import annotations
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.base import graph_node
-from graphs.query.evidence import rank_and_cut
-from graphs.query.retrieval import brief, search_chunks
+from graphs.query.configuration import QueryConfiguration
+from graphs.query.retrieval import brief, rank_and_cut, search_chunks
+from graphs.query.state import QueryGraphState
 
 
 @graph_node("query", "node_search_rewritten", "改写后检索")
-def node_search_rewritten(state: dict) -> dict:
-    hits = search_chunks(state["rewrite"]["query"], state.get("item_names") or [])
-    kept, info = rank_and_cut(state["rewritten_query"], hits, state.get("item_names") or [])
+def node_search_rewritten(state: QueryGraphState, config: RunnableConfig) -> dict:
+    cfg = QueryConfiguration.from_runnable_config(config)
+    hits = search_chunks(cfg, state["rewrite"]["query"], state.get("item_names") or [])
+    kept, info = rank_and_cut(cfg, state["rewritten_query"], hits, state.get("item_names") or [])
     return {"reranked_docs": kept, "rerank_info": info,
             "_summary": f"召回 {len(hits)} 个切片，保留前 {len(kept)} 个", "_detail": brief(kept)}
