@@ -164,7 +164,10 @@ class Session:
     async def wait_imports(self, n: int = 1) -> list[dict]:
         def done():
             finished = [m for m in self.import_messages() if m["output"].startswith(("✅", "❌"))]
-            return len(finished) >= n
+            # Chainlit sends a message's buttons after the message itself: wait for them too
+            with_button = {d["forId"] for _, name, d in self.emitter.events if name == "action"}
+            offered = all(m["id"] in with_button for m in finished if "“修改商品名”" in m["output"])
+            return len(finished) >= n and offered
         await self.wait_for(done)
         return self.import_messages()
 
