@@ -648,18 +648,9 @@ async def test_rename_needs_a_known_upload_and_a_name(own_data):
 
 
 async def test_a_set_whose_queue_breaks_off_part_way_imports_the_queued_file(own_data, monkeypatch):
-    from graphs.importing import jobs
+    from queue_fixtures import break_queue_after_first
 
-    queue, calls = jobs._queue(), []
-    real = queue.huey.enqueue
-
-    def fails_after_the_first(task):
-        calls.append(task)
-        if len(calls) > 1:
-            raise OSError("disk I/O error")
-        return real(task)
-
-    monkeypatch.setattr(queue.huey, "enqueue", fails_after_the_first)
+    break_queue_after_first(monkeypatch)
     s = Session()
     await s.start()
     await s.send("", [DUO, DUO256M])

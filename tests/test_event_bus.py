@@ -4,21 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from bench.cluster import ClusterError, LocalCluster
+from queue_fixtures import redis_url  # noqa: F401 (fixture)
 from services.event_bus import LOST, RunBus
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    try:
-        with LocalCluster(tmp_path_factory.mktemp("redis"), milvus=False) as cluster:
-            yield cluster.env["REDIS_URL"]
-    except ClusterError as exc:
-        if "redis-server" in str(exc):
-            pytest.skip(str(exc))
-        raise
 
 
 async def collect(bus: RunBus, session: str, after: int = 0) -> list[tuple[int, str, dict]]:

@@ -6,22 +6,9 @@ import logging
 import socket
 import time
 
-import pytest
-
-from bench.cluster import ClusterError, LocalCluster
+from queue_fixtures import redis_url  # noqa: F401 (fixture)
 from services.login_throttle import RedisLoginThrottle
 from ui.auth import check_login
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    try:
-        with LocalCluster(tmp_path_factory.mktemp("redis"), milvus=False) as cluster:
-            yield cluster.env["REDIS_URL"]
-    except ClusterError as exc:
-        if "redis-server" in str(exc):
-            pytest.skip(str(exc))
-        raise
 
 
 def test_failures_on_two_replicas_count_together_and_lock_both(redis_url):

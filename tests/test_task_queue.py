@@ -15,6 +15,7 @@ from bench.cluster import free_port
 from fakes.mineru_server import FAILED_MSG, FakeMinerU
 from graphs.importing import enqueue_reimport, enqueue_set, hand_on_expired, jobs, stage_uploads, stop_in_app_workers
 from import_fixtures import assert_consistent, store
+from queue_fixtures import break_queue_after_first
 from services.documents import get_document_registry
 from services.errors import StorageError, ValidationError
 from services.history_store import now_ts
@@ -176,16 +177,7 @@ def test_a_queue_that_cannot_take_the_tasks_fails_them_with_a_reason(queue_env, 
 def test_a_set_whose_queue_breaks_off_part_way_imports_what_was_queued_and_keeps_nothing_else(
         api, queue_env, monkeypatch):
     settings = queue_env()
-    queue = jobs._queue()
-    real, calls = queue.huey.enqueue, []
-
-    def fails_after_the_first(task):
-        calls.append(task)
-        if len(calls) > 1:
-            raise OSError("disk I/O error")
-        return real(task)
-
-    monkeypatch.setattr(queue.huey, "enqueue", fails_after_the_first)
+    break_queue_after_first(monkeypatch)
     files = [("files", (f"{n}.md", MANUAL.format(name=f"星火 {n}").encode(), "text/markdown")) for n in ("C1", "C2", "C3")]
     reply = api.post("/api/upload", files=files)
     assert reply.status_code == 503, reply.text
