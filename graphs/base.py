@@ -56,8 +56,9 @@ class Configuration:
         self.given = {k: v for k, v in services.items() if v is not None}
 
     @classmethod
-    def service_names(cls) -> set[str]:
-        return {name for klass in cls.__mro__ for name, v in vars(klass).items() if isinstance(v, Service)}
+    @functools.cache  # per class: every node reads its configuration on every run
+    def service_names(cls) -> frozenset[str]:
+        return frozenset(name for klass in cls.__mro__ for name, v in vars(klass).items() if isinstance(v, Service))
 
     @classmethod
     def from_runnable_config(cls, config: RunnableConfig | None = None) -> Self:

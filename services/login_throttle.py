@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from services.errors import StorageError
@@ -29,14 +29,11 @@ class _Failures:
     locked_until: float = 0.0
 
 
-@dataclass
 class LoginThrottle:
-    max_failures: int = 5
-    lock_s: float = 300.0
-    delay_s: float = 0.5
-    clock: Callable[[], float] = time.monotonic
-    _seen: dict[str, _Failures] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    """The rule and its limits; where the counts live is the subclass's."""
+
+    def __init__(self, max_failures: int = 5, lock_s: float = 300.0, delay_s: float = 0.5):
+        self.max_failures, self.lock_s, self.delay_s = max_failures, lock_s, delay_s
 
     def delay(self, count: int) -> float:
         """The wait after the count-th failure in a row (none when it locked)."""
@@ -44,13 +41,33 @@ class LoginThrottle:
 
     def locked(self, name: str, address: str) -> float:
         """Seconds the name or the address stays locked (0 when neither is)."""
+        raise NotImplementedError
+
+    def failed(self, name: str, address: str) -> float:
+        """Record a failure; the delay to wait before answering."""
+        raise NotImplementedError
+
+    def succeeded(self, name: str) -> None:
+        raise NotImplementedError
+
+
+class MemoryLoginThrottle(LoginThrottle):
+    """The counts in this process's memory."""
+
+    def __init__(self, max_failures: int = 5, lock_s: float = 300.0, delay_s: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic):
+        super().__init__(max_failures, lock_s, delay_s)
+        self.clock = clock
+        self._seen: dict[str, _Failures] = {}
+        self._lock = threading.Lock()
+
+    def locked(self, name: str, address: str) -> float:
         now = self.clock()
         with self._lock:
             return max([self._seen[k].locked_until - now for k in throttle_keys(name, address) if k in self._seen]
                        + [0.0])
 
     def failed(self, name: str, address: str) -> float:
-        """Record a failure; the delay to wait before answering."""
         now, delay = self.clock(), 0.0
         with self._lock:
             for key in throttle_keys(name, address):
@@ -123,5 +140,6 @@ def get_login_throttle(settings: Settings) -> LoginThrottle:
     with _throttles_lock:
         if key not in _throttles:
             limits = (settings.login_max_failures, settings.login_lock_s, settings.login_delay_s)
-            _throttles[key] = RedisLoginThrottle(settings.redis_url, *limits) if settings.redis_url else LoginThrottle(*limits)
+            _throttles[key] = (RedisLoginThrottle(settings.redis_url, *limits) if settings.redis_url
+                               else MemoryLoginThrottle(*limits))
         return _throttles[key]
