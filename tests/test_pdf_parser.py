@@ -314,3 +314,72 @@ def test_page_markers_skip_blocks_missing_from_full_md():
     assert pdf_parser.mark_pages(md, blocks) == (
         "<!-- kb-page: 1 -->\n\n# 标题\n\n第一页正文\n\n<!-- kb-page: 2 -->\n\n# 第二章\n\n第二页正文")
     assert pdf_parser.mark_pages(md, []) == md
+
+
+# --- picture-heavy PDFs: image rectangles found without decoding, same output ---------------
+
+PICTURES = sorted((CORPUS / "sipeed-mf" / "assets").rglob("*.png"))
+
+
+def _picture_manual(path: Path) -> Path:
+    """Three pages of real pictures: a JPEG shown twice (one xref), a picture with a soft mask and
+    text set on top of a picture (which the parser leaves out as part of the picture)."""
+    doc, font = pymupdf.open(), pymupdf.Font("cjk")
+    for k in range(3):
+        page = doc.new_page()
+        page.insert_font(fontname="cjk", fontbuffer=font.buffer)
+        page.insert_text((72, 60), f"{k + 1}. 安装步骤", fontname="cjk", fontsize=16)
+        photo = pymupdf.Pixmap(pymupdf.Pixmap(str(PICTURES[k])), 0).tobytes("jpg")
+        page.insert_image(pymupdf.Rect(72, 90, 300, 300), stream=photo)
+        page.insert_image(pymupdf.Rect(320, 90, 540, 300), stream=photo)
+        page.insert_image(pymupdf.Rect(72, 320, 400, 620), pixmap=pymupdf.Pixmap(pymupdf.Pixmap(str(PICTURES[k + 3])), 1))
+        page.insert_text((100, 400), "图上的标注 J3", fontname="cjk", fontsize=9)
+        page.insert_text((72, 700), ["先断开电源。", "把模块插入底板，拧紧螺丝。", "接好天线后通电。"][k],
+                         fontname="cjk", fontsize=11)
+    doc.save(path)
+    return path
+
+
+needs_pictures = pytest.mark.skipif(len(PICTURES) < 6, reason="sample pictures not available")
+
+
+@needs_pictures
+def test_image_rects_by_size_match_pymupdfs_decoded_digests(tmp_path):
+    pdf = _picture_manual(tmp_path / "pictures.pdf")
+    with pymupdf.open(pdf) as reference, pdf_parser._LayoutDocument(str(pdf)) as fast:
+        for number in range(reference.page_count):
+            ref_page, fast_page = reference[number], fast[number]
+            xrefs = {item[0] for item in ref_page.get_images()}
+            assert len(xrefs) == 2  # the twice-shown photo is one image
+            for xref in xrefs:
+                assert fast_page.get_image_rects(xref) == ref_page.get_image_rects(xref)
+                assert fast_page.get_image_rects(xref, transform=True) == ref_page.get_image_rects(xref, transform=True)
+
+
+@needs_pictures
+def test_picture_manual_converts_as_with_decoded_digests_and_reports_every_page(tmp_path, local_settings,
+                                                                                monkeypatch):
+    pdf = _picture_manual(tmp_path / "pictures.pdf")
+    lines = []
+    fast = pdf_to_markdown(pdf, tmp_path / "fast", local_settings, progress=lines.append)
+    monkeypatch.setattr(pdf_parser, "_LayoutDocument", pymupdf.Document)  # PyMuPDF's own lookup
+    reference = pdf_to_markdown(pdf, tmp_path / "reference", local_settings)
+    md = fast.read_text(encoding="utf-8")
+    assert md == reference.read_text(encoding="utf-8")
+    assert "拧紧螺丝" in md and "标注 J3" not in md
+    links = _assert_links_resolve(fast)
+    assert len(links) == 9
+    for link in links:
+        assert (fast.parent / link).read_bytes() == (reference.parent / link).read_bytes(), link
+    assert [line for line in lines if "页" in line and "/" in line] == [
+        f"本地解析 PDF：第 {n}/3 页" for n in (1, 2, 3)]
+
+
+@needs_corpus
+def test_btt_manual_converts_as_with_decoded_digests(tmp_path, local_settings, monkeypatch):
+    fast = pdf_to_markdown(V3, tmp_path / "fast", local_settings)
+    monkeypatch.setattr(pdf_parser, "_LayoutDocument", pymupdf.Document)
+    reference = pdf_to_markdown(V3, tmp_path / "reference", local_settings)
+    assert fast.read_text(encoding="utf-8") == reference.read_text(encoding="utf-8")
+    for link in _assert_links_resolve(fast):
+        assert (fast.parent / link).read_bytes() == (reference.parent / link).read_bytes(), link
