@@ -383,3 +383,46 @@ def test_btt_manual_converts_as_with_decoded_digests(tmp_path, local_settings, m
     assert fast.read_text(encoding="utf-8") == reference.read_text(encoding="utf-8")
     for link in _assert_links_resolve(fast):
         assert (fast.parent / link).read_bytes() == (reference.parent / link).read_bytes(), link
+
+
+# --- structure: front matter, a contents page, numbered headings in inconsistent sizes ------
+
+def _structured_manual(path: Path) -> Path:
+    """A made-up thermostat manual: cover, preface, a contents page with dot leaders, then
+    numbered chapters where "1.1" is set as large as "1." and "2.1" smaller."""
+    sections = [("前言", 20, "感谢选用本产品"), ("1. 产品简介", 16, "温控器用于地暖"),
+                ("1.1 包装清单", 16, "盒内有主机与螺丝"), ("2. 安装", 16, "安装前断开电源"),
+                ("2.1 接线", 13, "火线接 L 端子"), ("3. 规格", 16, "额定电压 230V")]
+    doc = pymupdf.open()
+    cover = doc.new_page(width=595, height=842)
+    cover.insert_text((60, 300), "Orion HL5 温控器 用户手册", fontsize=26, fontname="china-s")
+    toc = doc.new_page(width=595, height=842)
+    toc.insert_text((60, 100), "目录", fontsize=20, fontname="china-s")
+    for k, (title, _, _) in enumerate(sections[1:]):
+        toc.insert_text((60, 150 + 24 * k), f"{title} {'.' * 30} {3 + k}", fontsize=11, fontname="china-s")
+    for title, size, words in sections:
+        page = doc.new_page(width=595, height=842)
+        page.insert_text((60, 100), title, fontsize=size, fontname="china-s")
+        for i in range(16):
+            page.insert_text((60, 140 + 20 * i), f"{words}，第{i}行说明文字，请按步骤操作并妥善保管本手册。",
+                             fontsize=11, fontname="china-s")
+    doc.save(path)
+    return path
+
+
+def test_manual_with_preface_and_contents_page_gets_consistent_heading_paths(tmp_path, local_settings):
+    md = pdf_to_markdown(_structured_manual(tmp_path / "hl5.pdf"), tmp_path / "out", local_settings)
+    text = md.read_text(encoding="utf-8")
+    assert re.search(r"^#+ 1\.1 包装清单", text, re.M) and re.search(r"^#+ 2\.1 接线", text, re.M)
+    chunks = _chunks(md)
+    def title_of(words):
+        return next(c["title"] for c in chunks if words in c["content"])
+
+    assert [title_of(words) for words in ("感谢选用本产品", "温控器用于地暖", "盒内有主机与螺丝", "安装前断开电源",
+                                          "火线接 L 端子", "额定电压 230V")] == [
+        "前言", "1. 产品简介", "1. 产品简介 > 1.1 包装清单", "2. 安装", "2. 安装 > 2.1 接线", "3. 规格"]
+    assert not any(c["title"].startswith(("前言 >", "目录", "Orion")) for c in chunks)
+    contents = [c for c in chunks if "2.1 接线 ....." in c["content"]]
+    # the cover line and the contents page: text under the document's name, apart from the chapters
+    assert len(contents) == 1 and contents[0]["title"] == "hl5" and contents[0]["page_end"] == 2
+    assert "温控器用于地暖" not in contents[0]["content"]
