@@ -90,6 +90,8 @@ class Settings:
     mcp_api_key: str = ""
     # limits
     max_upload_mb: int = 100
+    archive_max_files: int = 2000   # entries of one uploaded .zip / .tar.gz
+    archive_max_mb: int = 1000      # its unpacked size: a zip bomb is refused before it fills the disk
     max_context_chars: int = 12000
     # who may use the app
     api_auth: bool = True
@@ -173,6 +175,8 @@ def load_settings() -> Settings:
         mcp_dashscope_base_url=_env("MCP_DASHSCOPE_BASE_URL"),
         mcp_api_key=_env("MCP_API_KEY") or _env("OPENAI_API_KEY"),
         max_upload_mb=_int("MAX_UPLOAD_MB", 100),
+        archive_max_files=_int("ARCHIVE_MAX_FILES", 2000),
+        archive_max_mb=_int("ARCHIVE_MAX_MB", 1000),
         max_context_chars=_int("MAX_CONTEXT_CHARS", 12000),
         api_auth=_env("API_AUTH", "on").lower() not in {"off", "0", "false", "no"},
         api_keys=_env("API_KEYS"),
