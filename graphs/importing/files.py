@@ -209,7 +209,7 @@ def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) 
             archive = is_archive(name)
             # an archive arrives beside the folder it is unpacked into
             target = _target(folder.parent, f"{task_id}-{name}") if archive else _target(folder, name)
-            target.parent.mkdir(parents=True, exist_ok=True)
+            folder.parent.mkdir(parents=True, exist_ok=True)
             if not archive:
                 folder.mkdir(exist_ok=False)
             created.append(folder)
