@@ -356,6 +356,47 @@ def product_view(product: str, docs: list[dict]) -> str:
                       "点击文件名查看它的切片，或重新导入、删除。"])
 
 
+TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+
+
+def chunk_excerpt(content: str, budget: int = CHUNK_CHARS) -> list[str]:
+    """A chunk's text as the chunk view shows it, within `budget` characters: prose on one quoted
+    line per run of text (a picture marked where it was), a Markdown table kept a table (its rows on
+    lines of their own, so the chat renders it rather than showing its pipes)."""
+    blocks: list[tuple[bool, list[str]]] = []
+    for line in content.splitlines():
+        is_row = bool(TABLE_ROW.match(line))
+        if not line.strip() and not is_row:
+            if blocks and blocks[-1][0]:
+                blocks.append((False, []))  # a blank line ends a table
+            continue
+        if not blocks or blocks[-1][0] != is_row:
+            blocks.append((is_row, []))
+        blocks[-1][1].append(line.strip())
+    out: list[str] = []
+    left = budget
+    for is_table, rows in blocks:
+        if left <= 0:
+            break
+        if not rows:
+            continue
+        if is_table:
+            kept = rows[:2]  # the header and its separator always go together
+            for row in rows[2:]:
+                if sum(map(len, kept)) + len(row) > left:
+                    break
+                kept.append(row)
+            cut = len(kept) < len(rows)
+            left = 0 if cut else left - sum(map(len, kept))
+            out += ["", *(plain(r) for r in kept), *(["", "…"] if cut else []), ""]
+        else:
+            text = IMAGE_MARK.sub("🖼", " ".join(" ".join(rows).split()))
+            text, left = (text[:left] + "…", 0) if len(text) > left else (text, left - len(text))
+            out += [f"> {plain(text)}", ""]
+    tidy = [line for i, line in enumerate(out) if line or (i and out[i - 1])]  # one blank line between blocks
+    return "\n".join(tidy).strip("\n").split("\n")
+
+
 def chunk_page(record: dict, chunks: list[dict], start: int) -> str:
     """A page of a document's chunks: heading path, text (shortened), its pictures are shown below."""
     shown = chunks[start:start + CHUNK_PAGE]
@@ -372,10 +413,7 @@ def chunk_page(record: dict, chunks: list[dict], start: int) -> str:
         path = (f"{parent} › {title}" if parent and title and not title.startswith(parent) else title or parent) \
             or "（无标题）"
         part = f"（第 {chunk['part']} 段）" if int(chunk.get("part") or 1) > 1 else ""
-        text = IMAGE_MARK.sub("🖼", " ".join((chunk.get("content") or "").split()))
-        if len(text) > CHUNK_CHARS:
-            text = text[:CHUNK_CHARS] + "…"
-        lines += ["", f"**{n}. {cell(path)}**{part}", "", f"> {plain(text)}"]
+        lines += ["", f"**{n}. {cell(path)}**{part}", "", *chunk_excerpt(chunk.get("content") or "")]
     if start + CHUNK_PAGE < len(chunks):
         lines.append(f"\n第 {start + 1}–{start + len(shown)} 个，共 {len(chunks)} 个。")
     return "\n".join(lines)
