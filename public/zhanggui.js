@@ -1,4 +1,4 @@
-// The upload dropzone and server answer in English; say it in Chinese (toasts only, nothing else).
+// The upload dropzone and server answer in English; say it in Chinese (toasts only).
 // The accepted types come from the server's list, so the toast says what the picker really takes.
 (function () {
   var accepted = "PDF、Word、网页、纯文本、Markdown 或 .zip 压缩包";
@@ -21,6 +21,14 @@
       });
     });
   }
-  new MutationObserver(function () { translate(document); })
+  // A message that carries only attachments would leave an empty bubble under its files.
+  function hideEmptyBubbles(node) {
+    var bubbles = node.querySelectorAll ? node.querySelectorAll('.step[data-step-type="user_message"] .bg-accent.rounded-3xl') : [];
+    bubbles.forEach(function (el) {
+      var empty = !el.textContent.trim() && !el.querySelector("img, textarea, input, video, audio");
+      el.style.display = empty ? "none" : "";
+    });
+  }
+  new MutationObserver(function () { translate(document); hideEmptyBubbles(document); })
     .observe(document.documentElement, { childList: true, subtree: true });
 })();

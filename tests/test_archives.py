@@ -200,6 +200,15 @@ def test_symbolic_links_are_ignored(data, tmp_path, kind):
     assert set(left_behind()) == before
 
 
+def test_a_file_and_a_folder_of_one_name_keep_the_first(data, tmp_path):
+    clash = zip_of(tmp_path / "clash.zip", {"hub.md": f"# {HUB}\n\n{FILLER}".encode(), "hub.md/index.md": b"# x",
+                                            "Guide.md": f"# {CAM}\n\n{FILLER}".encode(), "guide.md": b"# again"})
+    staged = stage(clash)
+    assert [s.display_name for s in staged] == ["hub.md", "Guide.md"]
+    assert "与另一个文件或文件夹重名）：hub.md/index.md" in staged.notes[0]
+    assert "（只差大小写或特殊字符））：guide.md" in staged.notes[0]
+
+
 def test_a_damaged_or_empty_archive_is_refused(data, tmp_path):
     broken = tmp_path / "broken.zip"
     broken.write_bytes(site_zip(tmp_path / "whole.zip").read_bytes()[:400])

@@ -60,6 +60,12 @@ IMAGES_LOADED = """(selector) => {
   return images.length > 0 && images.every((img) => img.complete && img.naturalWidth > 0);
 }"""
 
+# (user-message bubbles, those of them shown with nothing in them)
+BUBBLES = """() => {
+  const bubbles = [...document.querySelectorAll('.step[data-step-type="user_message"] .bg-accent.rounded-3xl')];
+  return [bubbles.length, bubbles.filter((b) => b.offsetParent !== null && !b.textContent.trim()).length];
+}"""
+
 
 class Frames:
     """Socket.IO events the page received: (event name, step id), in order."""
@@ -371,6 +377,8 @@ async def test_a_site_archive_is_attached_and_its_pictures_load(running_app, tmp
         await expect(page.locator("#chat-submit")).to_be_enabled()
         await page.click("#chat-submit")
         await expect(page.locator(REPLIES).filter(has_text=f"📦 《{archive.name}》：4 份文档、5 张图片")).to_be_visible()
+        bubbles, empty = await page.evaluate(BUBBLES)
+        assert bubbles == 1 and empty == 0  # the message of files alone shows its files, no empty bubble
         summary = page.locator(REPLIES).filter(has_text="识别为 2 个产品")
         await expect(summary).to_be_visible()
         await expect(summary).to_contain_text("LZ-Hub7")

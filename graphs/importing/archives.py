@@ -148,8 +148,13 @@ class Unpacker:
         target = self.dest.joinpath(*rel.parts)
         if self.dest.resolve() not in target.resolve().parents:  # belt and braces after the checks above
             raise self.refuse(f"其中的“{shown[:80]}”会写到压缩包以外。")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with entry.open() as source, target.open("xb") as out:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            out = target.open("xb")
+        except (FileExistsError, NotADirectoryError):  # a file and a folder of the same name
+            self.result.skip("与另一个文件或文件夹重名", shown)
+            return
+        with entry.open() as source, out:
             while block := source.read(CHUNK):
                 self.written += len(block)
                 if self.written > self.max_bytes:
