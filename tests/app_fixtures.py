@@ -95,7 +95,7 @@ def app_server(base: Path, preload: list[Path], **extra_env: str) -> Iterator[Ru
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
         assert done.returncode == 0, done.stdout + done.stderr[-4000:]
         results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        products = {Path(r["file"]).stem: r["item_name"] for r in results}
+        products = {Path(r["file"]).stem: r["product"] for r in results}
     port = free_port()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(

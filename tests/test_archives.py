@@ -123,7 +123,7 @@ def test_a_site_zip_imports_through_the_api_with_every_picture_resolved(api, dat
     assert len(body["task_ids"]) == len(PAGES) and "不支持的类型" in body["notes"][0]
     results = {name: wait_task(api, task_id) for name, task_id in zip(body["files"], body["task_ids"])}
     assert all(r["status"] == "completed" for r in results.values()), results
-    products = {name.split("/", 1)[1]: r["item_name"] for name, r in results.items()}
+    products = {name.split("/", 1)[1]: r["product"] for name, r in results.items()}
     # one product per folder (how it is spelt is recognition's business)
     hub, cam = products["lz-hub7/index.md"], products["lz-cam3/index.md"]
     assert "LZ-Hub7" in hub and "LZ-Cam3" in cam
@@ -138,7 +138,7 @@ def test_a_site_zip_imports_through_the_api_with_every_picture_resolved(api, dat
     assert reset["case_images"] == ["images/Reset-Hole.PNG"]  # found, and the case difference reported
     # the question is answered with the camera's own picture, served by the local store
     answer = api.post("/api/query", json={"query": f"{cam} 的镜头外圈是什么？"}).json()
-    assert answer["item_names"] == [cam] and answer["image_urls"], answer
+    assert answer["products"] == [cam] and answer["image_urls"], answer
     stored = local_images_root(get_settings())
     colours = {png(c) for c in PICTURES.values()}
     shown = [stored / unquote(url.split("/upload-images/", 1)[1]) for url in answer["image_urls"]]
