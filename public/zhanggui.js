@@ -9,7 +9,9 @@
     [/^File type must be.*|File type not allowed.*/i, function () { return "不支持的文件类型：只能上传 " + accepted + "。"; }],
     [/^File is larger than (\d+) MB.*/i, function (_, mb) { return "文件太大：单个文件不能超过 " + mb + " MB。"; }],
     [/File size too large.*/i, function () { return "文件太大，超过了上传上限。"; }],
-    [/^Too many files.*/i, function () { return "一次上传的文件太多了。"; }]
+    [/^Too many files.*/i, function () { return "一次上传的文件太多了。"; }],
+    // Chainlit's own "上传失败 NAME: REASON", in Chinese punctuation
+    [/^上传失败 (.+?): (.*)$/, function (_, name, reason) { return "《" + name + "》上传失败：" + reason; }]
   ];
   function translate(node) {
     var titles = node.querySelectorAll ? node.querySelectorAll("[data-sonner-toast] [data-title]") : [];

@@ -238,6 +238,8 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
         await expect(viewer).to_contain_text(f"{cited} / 9")  # the PDF viewer's page counter
         shown_page = viewer.locator(f'.react-pdf__Page[data-page-number="{cited}"]')
         await expect(shown_page.locator(".react-pdf__Page__textContent")).not_to_be_empty()  # rendered
+        panel, shown = await viewer.bounding_box(), await shown_page.bounding_box()
+        assert shown["x"] + shown["width"] <= panel["x"] + panel["width"] + 1, (shown, panel)  # not cut off
         await shot(page, "03e-pdf-opened-at-page")
         await page.locator("#side-view-title button").click()
         await expect(page.locator("#side-view-title")).to_have_count(0)
@@ -414,6 +416,15 @@ async def test_an_empty_knowledge_base_says_how_to_import_and_keeps_operator_hin
                 await expect(help_reply).to_contain_text(words)
             await expect(page.locator(NODE_STEPS)).to_have_count(0)
             await shot(page, "14-empty-kb-import-help")
+            # an empty file: one toast, naming it once
+            nothing = tmp_path / "空白.md"
+            nothing.write_bytes(b"")
+            await page.set_input_files("#upload-button-input", str(nothing))
+            toast = page.locator("[data-sonner-toast]")
+            await expect(toast).to_have_count(1)
+            await expect(toast).to_contain_text("《空白.md》上传失败：文件是空的（0 字节），没有可导入的内容。")
+            assert (await toast.inner_text()).count("空白.md") == 1
+            await shot(page, "14b-empty-file-toast")
             manual = tmp_path / "澜舟说明书.md"
             manual.write_text("# 澜舟 LZ-Hub7 网关\n\n## 接口\n\n两个千兆网口。", encoding="utf-8")
             await page.set_input_files("#upload-button-input", str(manual))

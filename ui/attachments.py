@@ -36,8 +36,8 @@ async def upload_attachment(current_user: UserParam, session_id: str, file: Uplo
                             ask_parent_id: str | None = None):
     """Chainlit's own upload route, except that a 0-byte file (which it fails on with a bare 500)
     is refused with what is wrong; the browser shows the message next to the file name."""
-    if file.size == 0:
-        raise HTTPException(400, f"文件“{file.filename}”是空的（0 字节），没有可导入的内容。")
+    if file.size == 0:  # the browser's toast names the file already
+        raise HTTPException(400, "文件是空的（0 字节），没有可导入的内容。")
     return await upload_file(current_user, session_id, file, ask_parent_id)
 
 
