@@ -6,6 +6,7 @@ site-absolute, backslash, URL-encoded and wrongly-cased picture references.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -237,3 +238,20 @@ def test_the_openapi_schema_documents_archives(api):
     assert "压缩包" in upload["summary"] and "ARCHIVE_MAX_MB" in upload["description"]
     schema = api.get("/openapi.json").json()["components"]["schemas"]["UploadResponse"]["properties"]
     assert {"task_ids", "files", "notes"} <= set(schema)
+
+
+def test_the_cli_imports_an_archive_and_a_second_run_replaces_it(data, tmp_path, capsys):
+    from graphs.importing.__main__ import main
+
+    archive = site_zip(tmp_path / "site.zip")
+    assert main([str(archive), "--json"]) == 0
+    first = capsys.readouterr()
+    assert first.err.startswith("📦 《site.zip》：4 份文档、5 张图片")
+    results = [json.loads(line) for line in first.out.splitlines()]
+    assert len(results) == len(PAGES) and all(r["images_missing"] == 0 for r in results)
+    store = get_vector_store()
+    chunks = store.count()
+    assert main([str(archive), "--json"]) == 0  # the same archive again: the same documents, replaced
+    assert store.count() == chunks and len(store.product_names()) == 2
+    escape = zip_of(tmp_path / "escape.zip", {"../evil.md": b"# evil"})
+    assert main([str(escape)]) == 1 and "含有“..”" in capsys.readouterr().out
