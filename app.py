@@ -17,8 +17,9 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from api import mount_api
-from graphs.importing import MAX_FILES, catalog, start_in_app_worker, stop_in_app_workers
-from graphs.importing.filetypes import accepted_labels, picker_accept
+from graphs.importing import (
+    MAX_FILES, accepted_labels, catalog, picker_accept, start_in_app_worker, stop_in_app_workers,
+)
 from services.object_store import IMAGES_PREFIX, LOCAL_URL_PREFIX, local_images_root
 from services.settings import get_settings
 from ui import access, attachments, chat, knowledge, sources

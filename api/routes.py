@@ -19,8 +19,9 @@ from api.models import (
 )
 from api.runs import QueryRuns, ServerBusy, SessionBusy
 from api.uploads import upload_body_limit, upload_part_limit
-from graphs.importing import UploadRejected, discard, enqueue_set, queued_part, stage_uploads
-from graphs.importing.filetypes import accepted_extensions, accepted_labels
+from graphs.importing import (
+    UploadRejected, accepted_extensions, accepted_labels, discard, enqueue_set, queued_part, stage_uploads,
+)
 from services.accounts import Identity
 from services.errors import StorageError
 from services.history_store import get_history_store

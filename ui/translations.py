@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from graphs.importing.filetypes import accepted_labels
+from graphs.importing import accepted_labels
 from services.settings import get_settings
 from ui.format import footer_text
 
