@@ -71,6 +71,8 @@ class Settings(BaseSettings):
     mcp_api_key: str = ""
     # limits
     max_upload_mb: int = 100
+    archive_max_files: int = 2000   # entries of one uploaded .zip / .tar.gz
+    archive_max_mb: int = 1000      # its unpacked size: a zip bomb is refused before it fills the disk
     max_context_chars: int = 12000
     # who may use the app ("API_AUTH=off" only for development on 127.0.0.1)
     api_auth: bool = True

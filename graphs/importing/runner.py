@@ -35,6 +35,7 @@ class ImportResult:
     images_uploaded: int = 0
     images_missing: int = 0
     missing_images: list[str] = field(default_factory=list)
+    case_images: list[str] = field(default_factory=list)  # found only by ignoring case: fix the site
     images_remote: int = 0                # linked from the web and not imported (see node_md_img)
     remote_images: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -138,6 +139,7 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     result.images_uploaded = sum(1 for i in images if i["status"] == "uploaded")
     result.missing_images = [i["src"] for i in images if i["status"] == "missing"]
     result.images_missing = len(result.missing_images)
+    result.case_images = [i["src"] for i in images if i.get("case")]
     result.remote_images = [i["src"] for i in images if i["status"] == "remote"]
     result.images_remote = len(result.remote_images)
     result.node_seconds = {e["node"]: e["seconds"] for e in final.get("node_log") or []}

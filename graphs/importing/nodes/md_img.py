@@ -37,36 +37,82 @@ HEADING = re.compile(r"^\s*#{1,6}\s+(.+)$", re.MULTILINE)
 
 
 def image_root(md_file: Path, data_dir: Path) -> Path:
-    """The folder images may come from. An uploaded file, and Markdown the import converted itself,
-    may only use its own folder, so a crafted `../../` link can never publish a server file; a
-    local import may reach its site root."""
+    """The folder images may come from. An upload may only use its own task folder (an archive's
+    pages share theirs), and Markdown the import converted itself its own folder, so a crafted
+    `../../` link can never publish a server file; a local import may reach its site root."""
     md = md_file.resolve()
-    if any((data_dir / own).resolve() in md.parents for own in ("uploads", "work")):
+    uploads, work = (data_dir / "uploads").resolve(), (data_dir / "work").resolve()
+    if uploads in md.parents:
+        day, task = md.relative_to(uploads).parts[:2]
+        return uploads / day / task
+    if work in md.parents:
         return md.parent
     return ([md.parent, *md.parent.parents][:6])[-1]
 
 
-def resolve_image(src: str, md_file: Path, root: Path) -> Path | None:
-    """Local file for an image reference: relative to the Markdown file, or a site-absolute
-    path (`/docs/...`) resolved against the document's own folders (`static/`, `public/`)."""
+# A Markdown backslash escape (`image\_1.png` is `image_1.png` once rendered)
+ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")
+
+
+def _spellings(clean: str) -> list[str]:
+    """How a browser could read the reference: Windows separators as slashes (`resource\\a.png`), or
+    Markdown escapes removed (`a\\_b.png`)."""
+    out = [clean.replace("\\", "/")]
+    if "\\" in clean:
+        out.append(ESCAPED.sub(r"\1", clean).replace("\\", "/"))
+    return list(dict.fromkeys(out))
+
+
+def _ignoring_case(base: Path, rel: str, root: Path) -> Path | None:
+    """`rel` under `base`, each segment matched without regard to case (a site written on a
+    case-insensitive disk), never leaving `root`."""
+    current = base
+    for segment in [s for s in rel.split("/") if s not in ("", ".")]:
+        if segment == "..":
+            current = current.parent
+            continue
+        try:
+            match = next((c for c in current.iterdir() if c.name.lower() == segment.lower()), None)
+        except OSError:
+            return None
+        if match is None:
+            return None
+        current = match
+    current = current.resolve()
+    return current if current.is_file() and root in current.parents else None
+
+
+def locate_image(src: str, md_file: Path, root: Path) -> tuple[Path | None, bool]:
+    """(local file, whether only a case-insensitive match found it) for an image reference: relative to
+    the Markdown file, or a site-absolute path (`/docs/...`) resolved against the folders from the
+    document's own up to `root` (and their `static/`, `public/`), as the site's browser would."""
     clean = unquote(src.split("#")[0].split("?")[0]).strip()
     if not clean:
-        return None
+        return None, False
     root = root.resolve()
+    folders = [f for f in [md_file.parent.resolve(), *md_file.parent.resolve().parents] if f == root or root in f.parents]
 
     def inside(candidate: Path) -> Path | None:
         candidate = candidate.resolve()
         return candidate if candidate.is_file() and (candidate.parent == root or root in candidate.parents) else None
 
-    if not clean.startswith("/"):
-        return inside(md_file.parent / clean)
-    rel = clean.lstrip("/")
-    for folder in [md_file.parent, *md_file.parent.parents][:6]:
-        for base in (folder, folder / "static", folder / "public"):
-            found = inside(base / rel)
-            if found:
-                return found
-    return None
+    for spelling in _spellings(clean):
+        if spelling.startswith("/"):
+            rel = spelling.lstrip("/")
+            bases = [b for f in folders for b in (f, f / "static", f / "public")]
+        else:
+            rel, bases = spelling, [md_file.parent]
+        for base in bases:
+            if found := inside(base / rel):
+                return found, False
+        for base in bases:
+            if found := _ignoring_case(base, rel, root):
+                return found, True
+    return None, False
+
+
+def resolve_image(src: str, md_file: Path, root: Path) -> Path | None:
+    return locate_image(src, md_file, root)[0]
 
 
 def plain(line: str) -> str:
@@ -143,12 +189,14 @@ def node_md_img(state: ImportGraphState, config: RunnableConfig) -> dict:
                 images.append({"src": src, "status": "remote", "url": "", "caption": alt, "reason": exc.message})
                 replacements[(start, end)] = f"（网络图片未导入：{safe_caption(alt) or '图片'}）"
                 continue
+            case_differs = False
         else:
-            local = resolve_image(src, md_file, root)
+            local, case_differs = locate_image(src, md_file, root)
         if local is None or local.suffix.lower() not in IMAGE_SUFFIXES:
+            # reported in the import summary and the source view; an answer never shows the reference
             log.warning("image not found: %s (in %s)", src, md_file)
             images.append({"src": src, "status": "missing", "url": "", "caption": alt})
-            replacements[(start, end)] = f"（图片缺失：{safe_caption(alt) or src}）"
+            replacements[(start, end)] = ""
             continue
         emit({"type": "node_progress", "node": "node_md_img", "text": f"处理图片 {n}/{len(found)}：{local.name}"})
         if not cleared:  # stale images of an earlier import must never mix with these
@@ -166,7 +214,8 @@ def node_md_img(state: ImportGraphState, config: RunnableConfig) -> dict:
                 log.warning("caption failed for %s: %s", local.name, exc)
         caption = safe_caption(caption or offline_caption(alt, text, start))
         url = store.upload_image(doc_key, local)
-        images.append({"src": src, "status": "uploaded", "url": url, "caption": caption})
+        images.append({"src": src, "status": "uploaded", "url": url, "caption": caption,
+                       **({"case": local.name} if case_differs else {})})
         replacements[(start, end)] = f"![{caption}]({url})"
     # Rebuild by slicing, never re.sub with a replacement string: captions may hold `\` and `$`.
     pieces, last = [], 0
@@ -179,10 +228,12 @@ def node_md_img(state: ImportGraphState, config: RunnableConfig) -> dict:
     new_md = Path(state["work_dir"]) / f"{state['doc_id']}_new.md"
     new_md.write_text(new_text, encoding="utf-8")
     counts = {s: sum(1 for i in images if i["status"] == s) for s in ("uploaded", "remote", "missing")}
+    counts["case"] = sum(1 for i in images if i.get("case"))
     return {
         "md_content": new_text, "new_md_path": str(new_md), "images": images,
         "caption_mode": "vision-model" if use_model else "offline",
         "_summary": f"图片 {counts['uploaded']} 张已上传，{counts['missing']} 张缺失，{counts['remote']} 张网络图片未导入"
+                    + (f"（{counts['case']} 张的文件名大小写与引用不同，在区分大小写的服务器上会显示不出来）" if counts["case"] else "")
                     + ("" if use_model else "（未配置视觉模型，使用原有说明文字作为标题）"),
         "_detail": counts,
     }
