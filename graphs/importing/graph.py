@@ -14,7 +14,7 @@ from graphs.importing.nodes.document_split import node_document_split
 from graphs.importing.nodes.embedding import node_bge_embedding
 from graphs.importing.nodes.entry import FIRST_STEP, node_entry, route_after_entry
 from graphs.importing.nodes.import_milvus import node_import_milvus
-from graphs.importing.nodes.item_name import node_item_name_recognition
+from graphs.importing.nodes.product import node_item_name_recognition
 from graphs.importing.nodes.md_img import node_md_img
 from graphs.importing.nodes.pdf_to_md import node_pdf_to_md
 from graphs.importing.state import ImportGraphState

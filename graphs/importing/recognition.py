@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from graphs.importing.naming import MAX_NAME_CHARS, offline_name
 from graphs.vocabulary import PRODUCT_NOUNS, TECH_NOUNS, TECH_TERMS
 from services.doc_converter import markdown_of
 from services.settings import get_settings
@@ -27,7 +28,6 @@ FRONT_MATTER = re.compile(r"\A\ufeff?---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 ATX = re.compile(r"^ {0,3}(#{1,6})\s+(.+?)\s*#*\s*$", re.MULTILINE)
 SETEXT = re.compile(r"^(?P<title>[^\n#>\-=*|][^\n]*)\n(?P<rule>=+|-+)[ \t]*$", re.MULTILINE)
 NOISE = re.compile(r"```.*?```|~~~.*?~~~|`[^`\n]*`|!\[[^\]]*\]\([^)]*\)|\]\([^)]*\)|<[^>]+>|https?://\S+", re.DOTALL)
-MAX_NAME_CHARS = 100
 
 
 @dataclass
@@ -44,6 +44,7 @@ class Recognised:
     product: str                    # "" when nothing in the set names one
     how: str                        # "named" | "folder" | "set" | "weak" | "none"
     evidence: str                   # said to the person, in Chinese
+    backed: bool = False            # the page's title / front matter, or a folder named after it, says so
 
 
 @dataclass
@@ -246,11 +247,7 @@ class SetRecogniser:
             c = self.candidates[key]
             for form in list(c.forms) + [name]:
                 forms[_fold(form)] = name
-        out = []
-        for form in sorted(forms, key=len, reverse=True):
-            body = r"[\s\-_]*".join(re.escape(t) for t in re.split(r"[\s\-_]+", form) if t)
-            out.append((re.compile(rf"(?<![a-z0-9]){body}(?![a-z0-9])"), forms[form]))
-        return out
+        return [(_name_pattern(form), forms[form]) for form in sorted(forms, key=len, reverse=True)]
 
     def mentions(self, text: str) -> Counter:
         """Product -> how often `text` names it (the longest name wins where names overlap)."""
@@ -289,11 +286,14 @@ class SetRecogniser:
                 # a title may give only the family: the body then names the variant ("Mars" -> "Mars CM")
                 variants = [v for v in body if v != name and _compact(v).startswith(_compact(name))
                             and body[v] >= 2 and body[v] > body[name]]
+                titled = name
                 if variants:
                     name = max(variants, key=lambda v: body[v])
-                out[page.key] = Recognised(name, "named", f"标题写明“{name}”")
+                backed = name == titled or bool(folder) and folder[0] == name
+                evidence = f"标题写明“{name}”" if name == titled else f"标题写明“{titled}”，正文多次写“{name}”"
+                out[page.key] = Recognised(name, "named", evidence, backed)
             elif folder and not (top[1] >= 3 and top[1] > 2 * body[folder[0]] and top[0] != folder[0]):
-                out[page.key] = Recognised(folder[0], "folder", f"所在文件夹 {folder[1]} 即“{folder[0]}”")
+                out[page.key] = Recognised(folder[0], "folder", f"所在文件夹 {folder[1]} 即“{folder[0]}”", True)
             elif top[1] >= 2 or len(body) == 1:
                 out[page.key] = Recognised(top[0], "named", f"文中提到“{top[0]}” {top[1]} 次")
         self._inherit(out)
@@ -358,6 +358,54 @@ def is_valid_name(name: str, pages: list[Page], file_stems: set[str] = frozenset
                for w in words) and any(_fold(w) in text for w in words)
 
 
+def _name_pattern(form: str) -> re.Pattern:
+    body = r"[\s\-_]*".join(re.escape(t) for t in re.split(r"[\s\-_]+", _fold(form)) if t)
+    return re.compile(rf"(?<![a-z0-9]){body}(?![a-z0-9])")
+
+
+def titled(name: str, page: Page) -> bool:
+    """Whether the page's title or front matter writes the name (its brand may be left out)."""
+    titles = _fold(" \n ".join(page.titles))
+    words = re.findall(TOKEN, name)
+    return bool(words) and any(_name_pattern(" ".join(words[k:])).search(titles)
+                               for k in range(min(2, len(words))) if _is_model_token(words[k]))
+
+
+def known_product(page: Page, known: list[str]) -> Recognised | None:
+    """A product the knowledge base already holds that this page names: a page uploaded on its own
+    joins its siblings. The name as the catalogue writes it, or without its brand, counts where the
+    rest still carries a model word; the longest name wins where names overlap ("Arm 450 Pi" over
+    "Arm 450"). It needs the title, or two mentions and no rival named as often."""
+    forms: list[tuple[str, str]] = []
+    for name in known:
+        words = re.findall(TOKEN, name)
+        forms.append((name, name))
+        if len(words) > 1 and any(re.search(r"\d", w) for w in words[1:]):
+            forms.append((" ".join(words[1:]), name))
+    forms.sort(key=lambda f: -len(f[0]))
+    scores: Counter = Counter()
+    in_title: set[str] = set()
+    for part, text in (("title", " \n ".join(page.titles)), ("body", page.text)):
+        low, taken = _fold(text), []
+        for form, name in forms:
+            for m in _name_pattern(form).finditer(low):
+                if not any(a < m.end() and m.start() < b for a, b in taken):
+                    taken.append(m.span())
+                    scores[name] += 1
+                    if part == "title":
+                        in_title.add(name)
+    if not scores:
+        return None
+    ranked = scores.most_common(2)
+    name, n = ranked[0]
+    rival = ranked[1][1] if len(ranked) > 1 else 0
+    if name in in_title and not in_title - {name}:
+        return Recognised(name, "known", f"标题写明知识库已有的“{name}”", True)
+    if n >= 2 and n > rival:
+        return Recognised(name, "known", f"文中提到知识库已有的“{name}” {n} 次", False)
+    return None
+
+
 def page_of(path: Path, root: Path | None, text: str) -> Page:
     folders = tuple(path.resolve().parent.relative_to(root.resolve()).parts) if root else ()
     return read_page(str(path), text, folders)
@@ -384,6 +432,7 @@ class PlannedFile:
     product: str       # "" where the set says nothing (the file's own recognition decides)
     how: str           # as Recognised.how, or "file" (left to the file's own recognition)
     evidence: str
+    backed: bool = False
 
 
 def plan_set(paths: list[Path], root: Path | None = None,
@@ -392,8 +441,6 @@ def plan_set(paths: list[Path], root: Path | None = None,
     (`root` gives their folders, or `folders` per path for uploads that carried them; flat uploads
     have none); a PDF or a Word file is a whole manual and is left to its own recognition, as is a
     set of one."""
-    from graphs.importing.nodes.item_name import offline_item_name
-
     pages, own = [], {}
     for path in paths:
         text = page_text(path) if len(paths) > 1 else None
@@ -401,7 +448,7 @@ def plan_set(paths: list[Path], root: Path | None = None,
             continue
         pages.append(read_page(str(path), text, folders[str(path)]) if folders and str(path) in folders
                      else page_of(path, root, text))
-        own[str(path)] = offline_item_name(text, [], path.stem, path)
+        own[str(path)] = offline_name(text, [], path.stem, path)
     # one page beside whole manuals is no set: it is named on its own, as a single file is
     found = SetRecogniser(pages).assign() if len(pages) > 1 else {}
     out = []
@@ -410,5 +457,5 @@ def plan_set(paths: list[Path], root: Path | None = None,
         if r is None or not r.product:
             out.append(PlannedFile(path, "", "file" if r is None else r.how, r.evidence if r else ""))
         else:
-            out.append(PlannedFile(path, refine(r.product, own.get(str(path), "")), r.how, r.evidence))
+            out.append(PlannedFile(path, refine(r.product, own.get(str(path), "")), r.how, r.evidence, r.backed))
     return out

@@ -40,5 +40,8 @@ class ImportGraphState(TypedDict, total=False):
     original_key: str          # the original in the object store (uploads: stored on receipt)
     set_id: str                # documents recognised together (a folder import, a multi-file upload)
     product_evidence: str      # why this product (set recognition), shown in the catalogue
+    product_how: str           # how it was decided, as the import summary says it (see naming.Proposal)
+    product_backed: bool       # a set's name backed by a title, front matter or a folder named after it
+    product_confirm: bool      # the summary asks the person to confirm the name
     updated_by: str
     node_log: NodeLog
