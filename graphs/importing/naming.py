@@ -5,8 +5,9 @@ Sources, strongest first (`ORDER`): the person now (a name typed with the upload
 the person before (a rename, move or merge of this very file, remembered in its document record) >
 the set it arrived with (recognised across the set's pages) > a product the knowledge base already
 holds that the page names (a page uploaded alone joins its siblings) > the chat model > the
-document's own title block > what its text names. A proposal the documents do not back (a file
-stem, a section heading, words the document never writes) is passed over, except the person's.
+document's own title block > what its text names > a held product the page mentions only once
+(rather than a file stem). A proposal the documents do not back (a file
+stem, a section heading, words the document never writes) is passed over; names decided already (`DECIDED`) are not.
 
 A name is confirmed silently only where a title, front matter or a folder named after the product
 backs it; anything else is said with its evidence and asked (`Naming.confirm`).
@@ -22,9 +23,12 @@ from typing import Callable, Iterable
 from graphs.vocabulary import PRODUCT_NOUNS
 
 MAX_NAME_CHARS = 100
-ORDER = ("user", "remembered", "set", "known", "llm", "offline", "page")
+ORDER = ("user", "remembered", "set", "known", "llm", "offline", "page", "known_once")
+# names decided before this document's own words are read: a person's, the set's (weighed across its
+# pages; one page may not write them whole) and the catalogue's
+DECIDED = ("user", "remembered", "set", "known", "known_once")
 SOURCE_NAMES = {"user": "用户指定", "remembered": "沿用用户此前的决定", "set": "按整组文档识别",
-                "known": "归入知识库已有产品", "llm": "大模型识别", "offline": "离线规则识别", "page": "按正文识别"}
+                "known": "归入知识库已有产品", "known_once": "归入知识库已有产品", "llm": "大模型识别", "offline": "离线规则识别", "page": "按正文识别"}
 # record sources that are a person's decision (a rename, move or merge, a typed name, one carried on)
 USER_SOURCES = ("user", "remembered")
 
@@ -142,15 +146,15 @@ def remembered(records: Iterable[dict | None]) -> Proposal | None:
 
 
 def decide(proposals: dict[str, Callable[[], Proposal | None]], accept: Callable[[str], bool]) -> Naming:
-    """The first proposal in ORDER that is there and backed by the documents (a person's always is).
-    Sources are asked lazily: the chat model is not called when a person already named the file."""
+    """The first proposal in ORDER that is there and that the document's words back (a decided one
+    always is). Sources are asked lazily: the chat model is not called when a person already named the file."""
     for source in ORDER:
         make = proposals.get(source)
         proposal = make() if make else None
         if proposal is None or not one_line(proposal.product):
             continue
         name = one_line(proposal.product)[:MAX_NAME_CHARS]
-        if source in ("user", "remembered") or accept(name):
+        if source in DECIDED or accept(name):
             backed = proposal.backed or source in ("user", "remembered")
             return Naming(name, proposal.source, proposal.how, proposal.evidence or SOURCE_NAMES.get(proposal.source, ""),
                           not backed)

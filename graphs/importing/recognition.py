@@ -215,6 +215,11 @@ class SetRecogniser:
         return bool(c.folders) or named and (c.product_nouns > c.tech_nouns
                                              or branded and (bool(c.title_pages) or bool(re.search(r"\d", c.alias))))
 
+    def _family_only(self, c: _Candidate) -> bool:
+        longer = [d for d in self.candidates.values()
+                  if d.alias.startswith(c.alias + " ") and " " not in d.alias[len(c.alias) + 1:]]
+        return len(longer) >= 2 and sum(sum(d.pages.values()) for d in longer) >= sum(c.pages.values())
+
     def _brand_of_several(self, token: str) -> bool:
         """A brand that also stands before another model of the set (a product line's name)."""
         return self._is_brand(token) and sum(1 for c in self.candidates.values()
@@ -247,6 +252,9 @@ class SetRecogniser:
         chosen = [c for c in chosen if not c.folders or not any(
             d is not c and _compact(d.alias).startswith(_compact(c.alias)) and " " in d.alias
             and sum(d.pages.values()) >= sum(c.pages.values()) for d in chosen)]
+        # a family's words always followed by one of two or more model codes ("myKite 450" Pi / M5 /
+        # Uno) do not tell the siblings apart: the family is no product
+        chosen = [c for c in chosen if not self._family_only(c)]
         compacts = {_compact(c.alias) for c in chosen}
         kept = []
         for c in chosen:
@@ -415,25 +423,29 @@ def _name_pattern(form: str) -> re.Pattern:
     return re.compile(rf"(?<![a-z0-9]){body}(?![a-z0-9])")
 
 
-def titled(name: str, page: Page) -> bool:
-    """Whether the page's title or front matter writes the name (its brand may be left out)."""
-    titles = _fold(" \n ".join(page.titles))
+def titled(name: str, titles: list[str]) -> bool:
+    """Whether a title (front matter, the headings that open the document) writes the name (its
+    brand may be left out)."""
+    titles = _fold(" \n ".join(titles))
     words = re.findall(TOKEN, name)
     return bool(words) and any(_name_pattern(" ".join(words[k:])).search(titles)
                                for k in range(min(2, len(words))) if _is_model_token(words[k]))
 
 
-def known_product(page: Page, known: list[str]) -> Recognised | None:
+def known_product(page: Page, known: list[str], least: int = 2) -> Recognised | None:
     """A product the knowledge base already holds that this page names: a page uploaded on its own
-    joins its siblings. The name as the catalogue writes it, or without its brand, counts where the
-    rest still carries a model word; the longest name wins where names overlap ("Arm 450 Pi" over
-    "Arm 450"). It needs the title, or two mentions and no rival named as often."""
+    joins its siblings. The name as the catalogue writes it, or its words from the model code on,
+    counts; the longest name wins where names overlap ("450 Pi" over "450"). It needs the title, or
+    `least` mentions and no rival named as often."""
     forms: list[tuple[str, str]] = []
     for name in known:
         words = re.findall(TOKEN, name)
         forms.append((name, name))
-        if len(words) > 1 and any(re.search(r"\d", w) for w in words[1:]):
-            forms.append((" ".join(words[1:]), name))
+        # its short forms: the words from the model code on ("450 M5", "M5" of "Veltro myKite 450 M5")
+        for k in range(1, len(words)):
+            tail = words[k:]
+            if any(re.search(r"\d", w) for w in tail) and (len(tail) > 1 or re.match(r"[A-Za-z]+\d", tail[0])):
+                forms.append((" ".join(tail), name))
     forms.sort(key=lambda f: -len(f[0]))
     scores: Counter = Counter()
     in_title: set[str] = set()
@@ -453,7 +465,7 @@ def known_product(page: Page, known: list[str]) -> Recognised | None:
     rival = ranked[1][1] if len(ranked) > 1 else 0
     if name in in_title and not in_title - {name}:
         return Recognised(name, "known", f"标题写明知识库已有的“{name}”", True)
-    if n >= 2 and n > rival:
+    if n >= least and n > rival:
         return Recognised(name, "known", f"文中提到知识库已有的“{name}” {n} 次", False)
     return None
 

@@ -13,7 +13,9 @@ from langchain_openai import ChatOpenAI
 
 from graphs.base import graph_node
 from graphs.importing.configuration import ImportConfiguration
-from graphs.importing.naming import SOURCE_NAMES, Proposal, decide, offline_name, one_line, remembered, tidy_model_answer
+from graphs.importing.naming import (
+    SOURCE_NAMES, Proposal, decide, offline_name, one_line, remembered, tidy_model_answer, title_lines,
+)
 from graphs.importing.recognition import SetRecogniser, is_valid_name, known_product, read_page, titled
 from graphs.importing.state import ImportGraphState
 from services.chat_model import invoke_text
@@ -55,16 +57,18 @@ def node_item_name_recognition(state: ImportGraphState, config: RunnableConfig) 
     given_evidence = state.get("product_evidence", "")
     llm = cfg.chat_model()
 
+    titles = [*page.titles, title_lines(text)]
+
     def from_title(source_name: str, name: str, otherwise: str) -> Proposal:
-        backed = titled(name, page)
+        backed = titled(name, titles)
         return Proposal(source_name, name, "file", f"标题写明“{name}”" if backed else otherwise, backed)
 
     def from_page() -> Proposal | None:
         found = SetRecogniser([page]).assign().get(page.key)
         return Proposal("page", found.product, found.how, found.evidence, found.backed) if found and found.product else None
 
-    def from_known() -> Proposal | None:
-        found = known_product(page, [p["product"] for p in cfg.registry.products()])
+    def from_known(least: int) -> Proposal | None:
+        found = known_product(page, [p["product"] for p in cfg.registry.products()], least)
         return Proposal("known", found.product, found.how, found.evidence, found.backed) if found else None
 
     naming = decide({
@@ -74,11 +78,12 @@ def node_item_name_recognition(state: ImportGraphState, config: RunnableConfig) 
         # a name the set chose (or a stored document's, reindexed) is kept as it was decided
         "set": lambda: Proposal(source, given, state.get("product_how") or "set", given_evidence,
                                 bool(state.get("product_backed"))) if given and source != "user" else None,
-        "known": from_known,
+        "known": lambda: from_known(2),
         "llm": lambda: from_title("llm", llm_name(llm, chunks, state["file_title"]), "大模型根据正文识别") if llm else None,
         "offline": lambda: from_title("offline", offline_name(text, chunks, state["file_title"], Path(state["import_file_path"])),
                                       "按文件名或文件夹推测"),
         "page": from_page,
+        "known_once": lambda: from_known(1),
     }, accept=lambda name: is_valid_name(name, [page], stems))
     name = naming.product or one_line(state["file_title"])
     named_chunks = [{**chunk, "item_name": name} for chunk in chunks]
