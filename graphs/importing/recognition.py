@@ -216,9 +216,13 @@ class SetRecogniser:
                                              or branded and (bool(c.title_pages) or bool(re.search(r"\d", c.alias))))
 
     def _family_only(self, c: _Candidate) -> bool:
-        longer = [d for d in self.candidates.values()
-                  if d.alias.startswith(c.alias + " ") and " " not in d.alias[len(c.alias) + 1:]]
-        return len(longer) >= 2 and sum(sum(d.pages.values()) for d in longer) >= sum(c.pages.values())
+        """Every time the words are written, one of two or more model words follows them."""
+        after = Counter()
+        for d in self.candidates.values():
+            if d.alias.startswith(c.alias + " ") and " " not in d.alias[len(c.alias) + 1:]:
+                # only the forms written with the family's words apart ("Duo S", not "DuoS")
+                after[d.alias] = sum(n for f, n in d.forms.items() if _fold(f).startswith(c.alias + " "))
+        return len(+after) >= 2 and sum(after.values()) >= sum(c.forms.values())
 
     def _brand_of_several(self, token: str) -> bool:
         """A brand that also stands before another model of the set (a product line's name)."""
