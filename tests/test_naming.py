@@ -10,7 +10,7 @@ import pytest
 
 from import_fixtures import fresh_data  # noqa: F401 (fixture)
 from graphs.importing import catalog, import_set, iter_import_files, run_import, stage_uploads
-from graphs.importing.naming import Proposal, decide, offline_name
+from graphs.importing.naming import Proposal, decide, offline_product
 from graphs.importing.recognition import plan_set
 from services.settings import get_settings
 from ui.format import set_summary
@@ -94,17 +94,17 @@ def test_a_peripheral_page_of_a_board_joins_the_board(board_site):
 ])
 def test_a_brand_written_with_ampersand_hyphen_or_dots_stays_whole(tmp_path, text, expected):
     path = write(tmp_path / "manual.md", text)
-    assert offline_name(text, [], path.stem, path) == expected
+    assert offline_product(text, [], path.stem, path) == expected
 
 
 def test_a_manual_whose_title_names_nothing_keeps_its_brand_whole_and_asks(fresh_data, tmp_path):
     result = run_import(write(tmp_path / "owner-manual.md", CAR))
     assert result.status == "completed", result.error
-    assert result.item_name == "Kestrel & Co Model 7"
-    assert "Co App" not in result.item_name
+    assert result.product == "Kestrel & Co Model 7"
+    assert "Co App" not in result.product
     # nothing but the body names it: the summary asks, saying what it went by
     assert result.product_confirm and "Kestrel & Co Model 7" in result.product_evidence
-    lines = set_summary([{"file": "owner-manual.md", "product": result.item_name, "how": result.product_how,
+    lines = set_summary([{"file": "owner-manual.md", "product": result.product, "how": result.product_how,
                           "confirm": result.product_confirm, "evidence": result.product_evidence}]).split("\n")
     assert f"- 《owner-manual.md》归入 Kestrel & Co Model 7（依据：{result.product_evidence}；" \
            "没有标题、front matter 或同名文件夹佐证），请确认" in lines
@@ -112,7 +112,7 @@ def test_a_manual_whose_title_names_nothing_keeps_its_brand_whole_and_asks(fresh
 
 def test_a_titled_manual_is_not_asked(fresh_data, tmp_path):
     result = run_import(write(tmp_path / "hl2.md", "# Grove-Tech HL-2 扫描枪说明书\n\n## 配对\n\nHL-2 长按按键配对。\n"))
-    assert (result.item_name, result.product_confirm) == ("Grove-Tech HL-2 扫描枪", False)
+    assert (result.product, result.product_confirm) == ("Grove-Tech HL-2 扫描枪", False)
     assert "标题" in result.product_evidence
 
 
@@ -123,12 +123,12 @@ def upload(path: Path, name: str | None = None):
 
 def test_a_page_uploaded_alone_joins_its_siblings_never_its_stem(fresh_data, arm_site):
     results = import_set(iter_import_files([arm_site]), root=arm_site)
-    assert sorted({r.item_name for r in results}) == sorted(ARM_NAMES.values())
+    assert sorted({r.product for r in results}) == sorted(ARM_NAMES.values())
     for page in ("1-ProductIntroduction.md", "2-python-api.md"):
         staged = upload(arm_site / "mykite-450-m5" / page)
         [alone] = import_set([staged[0].path], staged=staged)
         assert alone.status == "completed", alone.error
-        assert alone.item_name == "Veltro myKite 450 M5", (page, alone.item_name)
+        assert alone.product == "Veltro myKite 450 M5", (page, alone.product)
         assert alone.product_how == "known" and alone.product_confirm  # the body, not a title, says so
         assert "知识库已有" in alone.product_evidence
     assert sorted(p["product"] for p in catalog.products()) == sorted(ARM_NAMES.values())
@@ -145,23 +145,23 @@ def test_a_rename_move_or_merge_sticks_when_the_same_file_comes_again(fresh_data
     manual = write(tmp_path / "owner-manual.md", CAR)
     first = upload(manual)
     [done] = import_set([first[0].path], staged=first)
-    assert done.item_name == "Kestrel & Co Model 7"
+    assert done.product == "Kestrel & Co Model 7"
     catalog.rename_product("Kestrel & Co Model 7", "Kestrel Model 7 旅行版", updated_by="tester")
 
     again = upload(manual)  # the same bytes under the same name
     [second] = import_set([again[0].path], staged=again)
-    assert (second.item_name, second.product_how, second.product_confirm) == ("Kestrel Model 7 旅行版", "remembered", False)
+    assert (second.product, second.product_how, second.product_confirm) == ("Kestrel Model 7 旅行版", "remembered", False)
     record = catalog.document(second.doc_id)
     assert (record["product"], record["product_source"]) == ("Kestrel Model 7 旅行版", "remembered")
 
     # the same content under another file name carries the decision too, and so does it a third time
     renamed = upload(manual, "车主手册-副本.md")
     [third] = import_set([renamed[0].path], staged=renamed)
-    assert third.item_name == "Kestrel Model 7 旅行版" and third.doc_id != second.doc_id
+    assert third.product == "Kestrel Model 7 旅行版" and third.doc_id != second.doc_id
     catalog.move_document(third.doc_id, "Kestrel Model 7", updated_by="tester")
     copy = upload(manual, "车主手册-副本.md")
     [fourth] = import_set([copy[0].path], staged=copy)
-    assert (fourth.item_name, fourth.doc_id) == ("Kestrel Model 7", third.doc_id)
+    assert (fourth.product, fourth.doc_id) == ("Kestrel Model 7", third.doc_id)
 
 
 def test_a_changed_file_under_the_same_name_is_recognised_afresh(fresh_data, tmp_path):
@@ -172,7 +172,7 @@ def test_a_changed_file_under_the_same_name_is_recognised_afresh(fresh_data, tmp
     write(manual, CAR.replace("Model 7", "Model 9"))  # a new edition: other content, other document
     second = upload(manual)
     [result] = import_set([second[0].path], staged=second)
-    assert result.item_name == "Kestrel & Co Model 9"
+    assert result.product == "Kestrel & Co Model 9"
 
 
 def test_the_order_in_which_name_sources_win():

@@ -98,7 +98,7 @@ def title_lines(md_text: str) -> str:
     return " ".join(found)
 
 
-def offline_name(md_text: str, chunks: list[dict], file_title: str, source: Path) -> str:
+def offline_product(md_text: str, chunks: list[dict], file_title: str, source: Path) -> str:
     """Opening title lines, plus the brand written before them and a version the file name carries."""
     text = md_text[:20000] or "\n".join(c["content"] for c in chunks[:TOP_K])
     stem_name = clean_name(file_title.replace("_", " "))

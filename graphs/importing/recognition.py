@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphs.importing.naming import MAX_NAME_CHARS, offline_name
+from graphs.importing.naming import MAX_NAME_CHARS, offline_product
 from graphs.vocabulary import PRODUCT_NOUNS, TECH_NOUNS, TECH_TERMS
 from services.doc_converter import markdown_of
 from services.settings import get_settings
@@ -516,7 +516,7 @@ def plan_set(paths: list[Path], root: Path | None = None,
             continue
         pages.append(read_page(str(path), text, folders[str(path)]) if folders and str(path) in folders
                      else page_of(path, root, text))
-        own[str(path)] = offline_name(text, [], path.stem, path)
+        own[str(path)] = offline_product(text, [], path.stem, path)
     # one page beside whole manuals is no set: it is named on its own, as a single file is
     found = SetRecogniser(pages).assign() if len(pages) > 1 else {}
     out = []

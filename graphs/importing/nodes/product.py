@@ -1,4 +1,4 @@
-"""node_item_name_recognition: which product is this document about?
+"""node_product_recognition: which product is this document about?
 
 Each source of a name proposes one; graphs/importing/naming.py says which wins and whether the
 person is asked to confirm it.
@@ -14,7 +14,7 @@ from langchain_openai import ChatOpenAI
 from graphs.base import graph_node
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.naming import (
-    SOURCE_NAMES, Proposal, decide, offline_name, one_line, remembered, tidy_model_answer, title_lines,
+    SOURCE_NAMES, Proposal, decide, offline_product, one_line, remembered, tidy_model_answer, title_lines,
 )
 from graphs.importing.recognition import SetRecogniser, is_valid_name, known_product, read_page, titled
 from graphs.importing.state import ImportGraphState
@@ -22,17 +22,17 @@ from services.chat_model import invoke_text
 from services.documents import DocumentRegistry
 from services.prompts import load_prompt
 
-log = logging.getLogger("import.node_item_name_recognition")
+log = logging.getLogger("import.node_product_recognition")
 
 TOP_K = 3
 CONTEXT_LIMIT = 2500
 
 
-def llm_name(llm: ChatOpenAI, chunks: list[dict], file_title: str) -> str:
+def model_product(llm: ChatOpenAI, chunks: list[dict], file_title: str) -> str:
     context = "\n\n".join(f"【片段{i}】\n{c['content']}" for i, c in enumerate(chunks[:TOP_K], 1))
-    user = load_prompt("item_name_user", file_title=file_title, context=context[:CONTEXT_LIMIT])
+    user = load_prompt("product_user", file_title=file_title, context=context[:CONTEXT_LIMIT])
     try:
-        return tidy_model_answer(invoke_text(llm, load_prompt("item_name_system"), user))
+        return tidy_model_answer(invoke_text(llm, load_prompt("product_system"), user))
     except Exception as exc:  # the offline sources take over
         log.warning("LLM product name failed: %s", exc)
         return ""
@@ -47,13 +47,13 @@ def earlier_records(registry: DocumentRegistry, state: ImportGraphState) -> list
     return [mine, *sorted(same, key=lambda r: -float(r.get("imported_at") or 0))]
 
 
-@graph_node("import", "node_item_name_recognition", "商品名识别")
-def node_item_name_recognition(state: ImportGraphState, config: RunnableConfig) -> dict:
+@graph_node("import", "node_product_recognition", "商品名识别")
+def node_product_recognition(state: ImportGraphState, config: RunnableConfig) -> dict:
     cfg = ImportConfiguration.from_runnable_config(config)
     chunks, text = state["chunks"], state.get("md_content", "")
     page = read_page(state["import_file_path"], text)
     stems = {state["file_title"], Path(state["import_file_path"]).stem}
-    given, source = one_line(state.get("product") or ""), state.get("item_name_source") or "user"
+    given, source = one_line(state.get("requested_product") or ""), state.get("product_source") or "user"
     given_evidence = state.get("product_evidence", "")
     llm = cfg.chat_model()
 
@@ -79,15 +79,15 @@ def node_item_name_recognition(state: ImportGraphState, config: RunnableConfig) 
         "set": lambda: Proposal(source, given, state.get("product_how") or "set", given_evidence,
                                 bool(state.get("product_backed"))) if given and source != "user" else None,
         "known": lambda: from_known(2),
-        "llm": lambda: from_title("llm", llm_name(llm, chunks, state["file_title"]), "大模型根据正文识别") if llm else None,
-        "offline": lambda: from_title("offline", offline_name(text, chunks, state["file_title"], Path(state["import_file_path"])),
+        "llm": lambda: from_title("llm", model_product(llm, chunks, state["file_title"]), "大模型根据正文识别") if llm else None,
+        "offline": lambda: from_title("offline", offline_product(text, chunks, state["file_title"], Path(state["import_file_path"])),
                                       "按文件名或文件夹推测"),
         "page": from_page,
         "known_once": lambda: from_known(1),
     }, accept=lambda name: is_valid_name(name, [page], stems))
     name = naming.product or one_line(state["file_title"])
-    named_chunks = [{**chunk, "item_name": name} for chunk in chunks]
-    return {"chunks": named_chunks, "item_name": name, "item_name_source": naming.source,
+    named_chunks = [{**chunk, "product": name} for chunk in chunks]
+    return {"chunks": named_chunks, "product": name, "product_source": naming.source,
             "product_evidence": naming.evidence, "product_how": naming.how, "product_confirm": naming.confirm,
             "_summary": f"{name}（{SOURCE_NAMES.get(naming.source, '未能识别')}）：{naming.evidence}"
                         + ("，请确认" if naming.confirm and "请确认" not in naming.evidence else "")}
