@@ -132,6 +132,10 @@ def test_a_page_uploaded_alone_joins_its_siblings_never_its_stem(fresh_data, arm
         assert alone.product_how == "known" and alone.product_confirm  # the body, not a title, says so
         assert "知识库已有" in alone.product_evidence
     assert sorted(p["product"] for p in catalog.products()) == sorted(ARM_NAMES.values())
+    # a new sibling whose title writes its own model is that model, though it speaks of a held one
+    newer = write(arm_site.parent / "pro" / "intro.md", "# Veltro myKite 450 Pro 快速上手\n\n比 450 M5 更快；"
+                  "450 M5 的配件通用。\n")
+    assert run_import(newer).product == "Veltro myKite 450 Pro"
 
 
 def test_a_page_naming_no_held_product_is_asked_not_named_by_its_stem(fresh_data, tmp_path):

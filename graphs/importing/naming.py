@@ -4,10 +4,11 @@ of a name win.
 Sources, strongest first (`ORDER`): the person now (a name typed with the upload, a rename button) >
 the person before (a rename, move or merge of this very file, remembered in its document record) >
 the set it arrived with (recognised across the set's pages) > a product the knowledge base already
-holds that the page names (a page uploaded alone joins its siblings) > the chat model > the
-document's own title block > what its text names > a held product the page mentions only once
-(rather than a file stem). A proposal the documents do not back (a file
-stem, a section heading, words the document never writes) is passed over; names decided already (`DECIDED`) are not.
+holds that a page whose title names none mentions (a page uploaded alone joins its siblings) > the
+chat model > the document's own title block > what its text names > a held product the page
+mentions only once (rather than a file stem). A proposal the documents do not back (a file stem, a
+section heading, words the document never writes) is passed over; names decided already
+(`DECIDED`) are not.
 
 A name is confirmed silently only where a title, front matter or a folder named after the product
 backs it; anything else is said with its evidence and asked (`Naming.confirm`).

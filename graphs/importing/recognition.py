@@ -445,11 +445,10 @@ def known_product(page: Page, known: list[str], least: int = 2) -> Recognised | 
     for name in known:
         words = re.findall(TOKEN, name)
         forms.append((name, name))
-        # its short forms: the words from the model code on ("450 M5", "M5" of "Veltro myKite 450 M5")
-        for k in range(1, len(words)):
-            tail = words[k:]
-            if any(re.search(r"\d", w) for w in tail) and (len(tail) > 1 or re.match(r"[A-Za-z]+\d", tail[0])):
-                forms.append((" ".join(tail), name))
+        # its short forms, down to the words from its model code on ("myKite 450 M5", "450 M5" of
+        # "Veltro myKite 450 M5"); never a version alone ("V1" of "MF1 V1")
+        code = next((i for i, w in enumerate(words) if re.search(r"\d", w)), 0)
+        forms += [(" ".join(words[k:]), name) for k in range(1, code + 1)]
     forms.sort(key=lambda f: -len(f[0]))
     scores: Counter = Counter()
     in_title: set[str] = set()

@@ -6,6 +6,7 @@ person is asked to confirm it.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 from langchain_core.runnables import RunnableConfig
@@ -14,7 +15,8 @@ from langchain_openai import ChatOpenAI
 from graphs.base import graph_node
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.naming import (
-    SOURCE_NAMES, Proposal, decide, offline_product, one_line, remembered, tidy_model_answer, title_lines,
+    SOURCE_NAMES, Proposal, clean_name, decide, offline_product, one_line, remembered, tidy_model_answer,
+    title_lines,
 )
 from graphs.importing.recognition import SetRecogniser, is_valid_name, known_product, read_page, titled
 from graphs.importing.state import ImportGraphState
@@ -67,7 +69,17 @@ def node_product_recognition(state: ImportGraphState, config: RunnableConfig) ->
         found = SetRecogniser([page]).assign().get(page.key)
         return Proposal("page", found.product, found.how, found.evidence, found.backed) if found and found.product else None
 
+    offline = from_title("offline", offline_product(text, chunks, state["file_title"], Path(state["import_file_path"])),
+                         "按标题、文件名或文件夹推测")
+    accept = lambda name: is_valid_name(name, [page], stems)  # noqa: E731
+    # a document whose own title block writes a model is that product, whatever siblings the catalogue holds
+    title_block = clean_name(title_lines(text))
+    own_title = accept(offline.product) and (offline.backed or bool(re.search(r"[A-Za-z]", title_block)
+                                                                    and re.search(r"\d", title_block)))
+
     def from_known(least: int) -> Proposal | None:
+        if own_title:
+            return None
         found = known_product(page, [p["product"] for p in cfg.registry.products()], least)
         return Proposal("known", found.product, found.how, found.evidence, found.backed) if found else None
 
@@ -80,11 +92,10 @@ def node_product_recognition(state: ImportGraphState, config: RunnableConfig) ->
                                 bool(state.get("product_backed"))) if given and source != "user" else None,
         "known": lambda: from_known(2),
         "llm": lambda: from_title("llm", model_product(llm, chunks, state["file_title"]), "大模型根据正文识别") if llm else None,
-        "offline": lambda: from_title("offline", offline_product(text, chunks, state["file_title"], Path(state["import_file_path"])),
-                                      "按文件名或文件夹推测"),
+        "offline": lambda: offline,
         "page": from_page,
         "known_once": lambda: from_known(1),
-    }, accept=lambda name: is_valid_name(name, [page], stems))
+    }, accept=accept)
     name = naming.product or one_line(state["file_title"])
     named_chunks = [{**chunk, "product": name} for chunk in chunks]
     return {"chunks": named_chunks, "product": name, "product_source": naming.source,
