@@ -145,7 +145,7 @@ class Document(BaseModel):
     doc_id: str
     file_name: str | None = None
     product: str | None = None
-    product_source: str | None = Field(None, description="user / set / llm / offline / recovered")
+    product_source: str | None = Field(None, description="user / remembered / set / known / llm / offline / page / recovered")
     product_evidence: str | None = Field(None, description="为什么是这个产品（识别依据，或“请确认”）")
     status: str = Field(description="importing / ready / damaged")
     source: str | None = Field(None, description="path（命令行导入）或 upload（上传）")

@@ -18,7 +18,7 @@ from graphs.importing.__main__ import build_parser
 from graphs.importing.filetypes import (
     accepted_extensions, accepted_labels, file_type, markdown_table, picker_accept, refusal,
 )
-from graphs.importing.nodes.md_img import locate_image
+from graphs.importing.images import locate_image
 from graphs.importing.runner import run_import
 from services.object_store import local_images_root
 from services.settings import get_settings

@@ -448,3 +448,40 @@ async def test_an_empty_knowledge_base_says_how_to_import_and_keeps_operator_hin
             await expect(page.get_by_text("scripts/worker.sh")).to_have_count(0)
             await expect(page.get_by_text("管理员提示")).to_have_count(0)
             await shot(page, "17-reader-no-operator-hint")
+
+
+async def test_a_rename_in_the_summary_survives_the_same_file_uploaded_again(running_app, tmp_path):  # noqa: F811
+    """A manual whose title names nothing: the summary asks, saying what it went by; the person renames
+    the product there; the same file dropped into the chat again keeps the person's name, unasked."""
+    manual = tmp_path / "kestrel-owner-manual.md"
+    manual.write_text("# 车主手册\n\n欢迎您选择 Kestrel & Co Model 7。\n\n## 远程控制\n\n下载 Kestrel & Co App 后可以远程解锁"
+                      " Model 7。Kestrel & Co App 也能查看电量。\n\n## 充电\n\nModel 7 支持 11 kW 交流充电。\n", encoding="utf-8")
+    async with browser_page(running_app, "99-failure-rename-sticks") as page:
+        await log_in(page, running_app.url)
+        await expect(page.locator("#chat-settings-open-modal")).to_be_visible()  # the session is up
+
+        async def upload_manual(expected: str):
+            await page.set_input_files("#upload-button-input", str(manual))
+            await expect(page.locator("#attachments")).to_contain_text(manual.name)
+            await expect(page.locator("#chat-submit")).to_be_enabled()
+            await page.click("#chat-submit")
+            summary = page.locator(REPLIES).filter(has_text=f"识别为 1 个产品：{expected}（1 个文件）")
+            await expect(summary).to_be_visible()
+            return summary
+
+        summary = await upload_manual("Kestrel & Co Model 7")
+        await expect(summary).to_contain_text("依据：文中提到“Kestrel & Co Model 7” 3 次")
+        await expect(summary).to_contain_text("请确认")
+        await shot(page, "10-summary-asks")
+        await summary.get_by_role("button", name="改名：Kestrel & Co Model 7").click()
+        await expect(page.get_by_text("请输入“Kestrel & Co Model 7”的新产品名：")).to_be_visible()
+        await page.fill("#chat-input", "Kestrel Model 7 旅行版")
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_text("✅ 已把“Kestrel & Co Model 7”改名为“Kestrel Model 7 旅行版”")).to_be_visible()
+
+        again = await upload_manual("Kestrel Model 7 旅行版")
+        await expect(page.locator(REPLIES).filter(has_text="商品名：Kestrel Model 7 旅行版")).to_be_visible()
+        await expect(again).not_to_contain_text("请确认")
+        await shot(page, "11-rename-kept")
+        products = [p["product"] for p in await api_get(page, running_app.url, "/api/products")]
+        assert "Kestrel Model 7 旅行版" in products and "Kestrel & Co Model 7" not in products

@@ -128,7 +128,9 @@ async def import_attachments(files: list) -> None:
         return
     ended = await follow_tasks({task_id: views[task_id] for task_id in task_ids})
     imported = [(item, ended[item.task_id]) for item in staged if ended.get(item.task_id, {}).get("status") == COMPLETED]
-    items = [{"file": item.display_name, "product": task["result"]["product"], "how": task["job"].get("how", ""),
+    items = [{"file": item.display_name, "product": task["result"]["product"],
+              "how": task["result"].get("product_how") or task["job"].get("how", ""),
+              "confirm": bool(task["result"].get("product_confirm")), "evidence": task["result"].get("product_evidence", ""),
               "doc_id": task["result"]["doc_id"]} for item, task in imported]
     if items:
         await knowledge.send_set_summary(items)

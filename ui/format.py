@@ -250,17 +250,25 @@ CHUNK_PAGE = 5
 CHUNK_CHARS = 400
 
 
+def unsure(item: dict) -> bool:
+    """A file whose product is a guess, or a name no title, front matter or folder backs."""
+    return item["how"] == "weak" or bool(item.get("confirm"))
+
+
 def set_summary(items: list[dict]) -> str:
-    """One upload set: its products with their file counts, and the files whose product is a guess.
-    `items`: {"file", "product", "how"} for every file that was imported."""
+    """One upload set: its products with their file counts, and the files whose product is to be
+    confirmed, each with the evidence it had. `items`: {"file", "product", "how", and optionally
+    "confirm", "evidence"} for every file that was imported."""
     counts: dict[str, int] = {}
     for item in items:
         counts[item["product"]] = counts.get(item["product"], 0) + 1
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     lines = [f"识别为 {len(ranked)} 个产品：" + "、".join(f"{cell(p)}（{n} 个文件）" for p, n in ranked)]
-    weak = [i for i in items if i["how"] == "weak"]
-    if weak:
-        lines += [""] + [f"- 《{cell(i['file'])}》未写明产品，暂归入 {cell(i['product'])}，请确认" for i in weak]
+    asked = [i for i in items if unsure(i)]
+    if asked:
+        lines += [""] + [f"- 《{cell(i['file'])}》未写明产品，暂归入 {cell(i['product'])}，请确认" if i["how"] == "weak"
+                         else f"- 《{cell(i['file'])}》归入 {cell(i['product'])}（依据：{cell(i.get('evidence') or '无')}；"
+                              "没有标题、front matter 或同名文件夹佐证），请确认" for i in asked]
     lines += ["", "识别正确请点“接受”；也可以给产品改名，或把文件移到别的产品。"]
     return "\n".join(lines)
 

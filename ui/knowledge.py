@@ -19,6 +19,7 @@ from ui.access import can_edit, is_admin, may_change_knowledge_base, user_name
 from ui.background import drop_buttons, in_thread, keep_buttons, spawn
 from ui.format import (
     CHUNK_PAGE, NO_PRODUCT, by_product, chunk_page, file_label, kb_overview, product_view, queue_hint, set_summary,
+    unsure,
 )
 from ui.progress import QUEUE_SAMPLE, QUEUED_NOTICE_S, FileView, Follower, follow_tasks
 
@@ -153,7 +154,7 @@ async def send_set_summary(items: list[dict]) -> None:
     actions = [button(ACCEPT, "接受", "check")]
     actions += [button(RENAME, f"改名：{p}", "pencil", product=p) for p in products]
     # a big set offers only its unsure files here; every file can be moved from the knowledge-base view
-    movable = items if len(items) <= MAX_MOVE_BUTTONS else [i for i in items if i["how"] == "weak"]
+    movable = items if len(items) <= MAX_MOVE_BUTTONS else [i for i in items if unsure(i)]
     actions += [button(MOVE, f"移动《{i['file']}》（{i['product']}）", "folder-input", doc=i["doc_id"], products=products)
                 for i in movable]
     await say(set_summary(items), actions)

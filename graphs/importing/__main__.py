@@ -16,7 +16,7 @@ from services.errors import ImportProcessError
 from services.settings import get_settings
 
 HOW = {"named": "文中写明", "folder": "按文件夹", "set": "按整组文档", "weak": "推测，请确认", "file": "单文件识别",
-       "user": "用户指定"}
+       "user": "用户指定", "remembered": "沿用用户此前的决定", "known": "归入知识库已有产品"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 print(json.dumps(result.to_dict(), ensure_ascii=False), flush=True)
             elif result.status == "completed":
-                print(f"✅ {result.file}  商品：{result.product}（{HOW.get(result.product_how, '')}）  切片：{result.chunks}  "
+                print(f"✅ {result.file}  商品：{result.product}（{HOW.get(result.product_how, '')}{'，请确认' if result.product_confirm else ''}）  切片：{result.chunks}  "
                       f"图片：{result.images_uploaded} 已解析 / {result.images_missing} 缺失  {result.seconds:.2f}s", flush=True)
             else:
                 print(f"❌ {result.file}  {result.error}", flush=True)

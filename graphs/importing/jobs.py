@@ -135,7 +135,8 @@ def _run_import(task_id: str, job: dict, may_retry: bool) -> str | None:
         staged.path.parent.mkdir(parents=True, exist_ok=True)
         staged.path.write_bytes(get_object_store().open_original(staged.original_key))
     result = run_import(staged.path, product=job.get("product"), product_source=job.get("product_source", "user"),
-                        product_evidence=job.get("product_evidence", ""), staged=staged, task_id=task_id,
+                        product_evidence=job.get("product_evidence", ""), product_how=job.get("how", ""),
+                        product_backed=bool(job.get("backed")), staged=staged, task_id=task_id,
                         set_id=job.get("set_id", ""), updated_by=job.get("updated_by", ""), may_retry=may_retry)
     return _worth_retrying(result, may_retry)
 

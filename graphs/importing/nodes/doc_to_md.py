@@ -8,7 +8,7 @@ from langchain_core.runnables import RunnableConfig
 
 from graphs.base import graph_node
 from graphs.importing.configuration import ImportConfiguration
-from graphs.importing.nodes.md_img import image_root, resolve_image
+from graphs.importing.images import image_root, resolve_image
 from graphs.importing.state import ImportGraphState
 from services.doc_converter import KIND_NAMES, convert_to_markdown
 from services.errors import DocumentConversionError
