@@ -5,6 +5,8 @@ the process's own for the given settings. Nodes read them here, never through mo
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from langchain_openai import ChatOpenAI
 
 from graphs.base import Configuration, Service
@@ -22,6 +24,8 @@ class QueryConfiguration(Configuration):
     embedder = Service[Embedder](lambda s: get_embedder(s))
     reranker = Service[Reranker](lambda s: get_reranker(s))
     history_store = Service[HistoryStore](lambda s: get_history_store(s))
+    # Calibration fields replaced for this run (a benchmark choosing them on other corpora): {} = none
+    calibration_overrides = Service[dict](lambda s: {})
 
     @property
     def offline_reranker(self) -> Reranker:
@@ -34,4 +38,5 @@ class QueryConfiguration(Configuration):
         return get_chat_model(self.settings, json_mode=json_mode)
 
     def calibration(self, scorer: str | None = None) -> Calibration:
-        return calibration_of(self.settings, self.embedder.name, scorer)
+        found = calibration_of(self.settings, self.embedder.name, scorer)
+        return replace(found, **self.calibration_overrides) if self.calibration_overrides else found
