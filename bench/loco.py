@@ -9,7 +9,9 @@ second run imports nothing). Its questions are its own `qa.jsonl` when the folde
 questions of the shared QA files whose `docs` name its documents (a question naming no document
 goes to every corpus its file has questions about).
 
-The thresholds the offline decision stages use (`TUNED`: grading's answer threshold and refusal
+The stages are measured as configured (the refusal floor off offline), with the floor switched on
+(`OFFLINE_REFUSAL`), and with the thresholds and settings in the code. The thresholds the offline
+decision stages use (`TUNED`: grading's answer threshold and refusal
 floor) are chosen, for each left-out corpus, as `bench.grading` chooses them, on the rows of the
 other corpora only: their answerable questions against questions of other corpora pinned to one of
 their products (a manual that cannot hold the answer). The left-out corpus is then asked with
@@ -42,6 +44,7 @@ from graphs.query.calibration import calibration
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.retrieval import search_chunks
 from services.embeddings import get_embedder
+from services.settings import get_settings
 from services.vector_store import get_vector_store
 
 OWN_QA = "qa.jsonl"
@@ -226,7 +229,8 @@ def fails(name: str, s: dict) -> list[str]:
     return out
 
 
-VARIANTS = {"loco": "阈值在其余语料上选出", "code": "代码里的阈值"}
+VARIANTS = {"loco": "阈值在其余语料上选出", "floor": "同上，低于拒答下限答“不知道”（OFFLINE_REFUSAL）",
+            "code": "代码里的阈值与设置"}
 
 
 def table(name: str, sums: dict[str, dict], thresholds: dict[str, dict], skipped: list[str]) -> str:
@@ -275,12 +279,15 @@ def run(corpus_root: str | Path, out: str | Path, qa: list[str | Path] | None = 
                 f"代码里的当前值：{report['in_use']}。", ""]
     records_all = []
     for c in corpora:
-        thresholds = {"loco": chosen_thresholds(rows, c.name), "code": report["in_use"]}
+        chosen = chosen_thresholds(rows, c.name)
+        thresholds = {"loco": chosen, "floor": chosen, "code": report["in_use"]}
         manager, _ = open_kb(c, cache)
         sums = {}
         with manager:
             for variant, chosen in thresholds.items():
                 config = {"configurable": {"calibration_overrides": {k: chosen[k] for k in TUNED}}}
+                if variant == "floor":
+                    config["configurable"]["settings"] = get_settings().replace(offline_refusal=True)
                 records = [ask(q, p, config) for q, p in c.questions]
                 sums[variant] = summary(records)
                 records_all += [{"corpus": c.name, "variant": variant, **r} for r in records]

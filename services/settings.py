@@ -91,6 +91,9 @@ class Settings:
     # limits
     max_upload_mb: int = 100
     max_context_chars: int = 12000
+    # Offline grading: evidence under the refusal floor after the rewrite is "not known" (on) or
+    # answered with a caution (off: measured on left-out corpora, the floor lost found answers)
+    offline_refusal: bool = False
     # who may use the app
     api_auth: bool = True
     api_keys: str = ""
@@ -174,6 +177,7 @@ def load_settings() -> Settings:
         mcp_api_key=_env("MCP_API_KEY") or _env("OPENAI_API_KEY"),
         max_upload_mb=_int("MAX_UPLOAD_MB", 100),
         max_context_chars=_int("MAX_CONTEXT_CHARS", 12000),
+        offline_refusal=_bool("OFFLINE_REFUSAL", False),
         api_auth=_env("API_AUTH", "on").lower() not in {"off", "0", "false", "no"},
         api_keys=_env("API_KEYS"),
         cors_origins=_list("CORS_ORIGINS"),
