@@ -262,6 +262,9 @@ def run(corpus_root: str | Path, out: str | Path, qa: list[str | Path] | None = 
     for p in shared_qa:
         load_qa(p)  # a bad QA file fails before any import
     corpora = discover(Path(corpus_root))
+    for c in corpora:
+        if (c.folder / OWN_QA).is_file():
+            load_qa(c.folder / OWN_QA)
     started = time.perf_counter()
     for c in corpora:
         load_kb(c, cache, log)
