@@ -81,7 +81,7 @@ def trace(question: str, product: str | None = None, config: dict | None = None)
     return {"branch": last.get("branch"), "first": first or parts, "first_top": first_top, "final": last.get("reranked_docs") or [],
             "route": grade.get("route", ""), "rewrote": bool(last.get("rewrite")),
             "evidence_used": grade.get("evidence", ""), "scorer": (last.get("rerank_info") or {}).get("scorer", ""),
-            "products": last.get("item_names") or [], "query": last.get("rewritten_query") or question}
+            "products": last.get("products") or [], "query": last.get("rewritten_query") or question}
 
 
 def record(q, kind: str, product: str | None = None, expected: set[str] | None = None) -> dict:
@@ -204,7 +204,7 @@ def run(docs: list[str | Path], qa: str | Path, out: str | Path, data_dir: str |
     out.mkdir(parents=True, exist_ok=True)
     with isolated_data_dir(data_dir, keep=keep_data):
         results = import_docs(files, log, roots=docs)  # a folder's files recognised together, as bench.retrieval does
-        products = sorted({r.item_name for r in results})
+        products = sorted({r.product for r in results})
         index = DocIndex(results)
         questions = [q for q in questions if index.products(q.docs)]
         calibration, held = split_questions(questions)

@@ -57,7 +57,7 @@ def test_sentence_split_keeps_the_version_of_the_product():
                               ("zorvex kx-9 can v2.0 用的是哪颗主控？主频多少？", "zorvex kx-9 can v2.0")):
         subs = plan_question(question, [V2], known)["sub_questions"]
         assert [s["question"] for s in subs] == [f"{mention} 用的是哪颗主控？", f"{mention} 主频多少？"]
-        assert all(s["item_names"] == [V2] for s in subs)
+        assert all(s["products"] == [V2] for s in subs)
 
 
 def test_a_comparison_of_written_versions_names_both_products():
@@ -67,17 +67,17 @@ def test_a_comparison_of_written_versions_names_both_products():
     assert compared_versions(question, [V1, V11, "Zorvex KX-9 Lite V1.1"]) == []         # V1.1 is two products
     assert compared_versions("Zorvex KX-9 V1.0 和 V3.0 有什么区别？", [V1, V11]) == []   # V3.0 is none
     subs = plan_question(question, [V1, V11], [V1, V11])["sub_questions"]
-    assert [(s["question"], s["item_names"]) for s in subs] == [
+    assert [(s["question"], s["products"]) for s in subs] == [
         (f"{V1} 的主控是什么？", [V1]), (f"{V11} 的主控是什么？", [V11])]
 
 
 def test_comparison_of_two_held_versions_is_split_not_asked_back(zorvex):
     result = run_query("Zorvex KX-9 V1.0 和 V1.1 的主控有什么区别？", options=OFF, config=zorvex)
     assert result["branch"] == "confirmed", result.get("answer")
-    assert sorted(result["item_names"]) == [V1, V11]
-    assert [s["item_names"] for s in result["sub_questions"]] == [[V1], [V11]]
+    assert sorted(result["products"]) == [V1, V11]
+    assert [s["products"] for s in result["sub_questions"]] == [[V1], [V11]]
     for product, (_, chip, _) in MANUALS.items():
-        assert any(s["item_name"] == product and chip in s["content"] for s in result["sources"]), product
+        assert any(s["product"] == product and chip in s["content"] for s in result["sources"]), product
     assert "RK2206" in result["answer"] and "GD32F303" in result["answer"]
 
 
