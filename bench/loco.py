@@ -213,6 +213,10 @@ def summary(records: list[dict]) -> dict:
     scored = [r for r in records if r.get("answerable")]
     single = [r for r in scored if r["one_product"]]
     hits = {k: share([bool(r["ranks"][k] and r["ranks"][k] <= 5) for r in single]) for k in ("pipeline", "given", "bm25")}
+    # the stages after product confirmation alone: questions whose product was confirmed right
+    right = [r for r in single if r["decision"] == "confirm" and sorted(r["products"]) == r["expected"]]
+    hits.update({f"{k}_confirmed_right": share([bool(r["ranks"][k] and r["ranks"][k] <= 5) for r in right])
+                 for k in ("pipeline", "given")})
     return {"questions": len(records), "decisions": share([r["decision_ok"] for r in records]),
             "answerable": len(scored), "one_product": len(single), "hit@5": hits,
             "answer_at_evidence": share([r["answer_ok"] for r in scored]),
@@ -242,6 +246,8 @@ def table(name: str, sums: dict[str, dict], thresholds: dict[str, dict], skipped
         row("hit@5 完整流程（回答所用资料）", lambda s: f"{s['hit@5']['pipeline']}（{s['one_product']} 道单一产品题）"),
         row("hit@5 产品已知（召回融合＋精排）", lambda s: s["hit@5"]["given"]),
         row("hit@5 仅 BM25（全库）", lambda s: s["hit@5"]["bm25"]),
+        row("hit@5 产品确认正确的题：完整流程 / 产品已知",
+            lambda s: f"{s['hit@5']['pipeline_confirmed_right']} / {s['hit@5']['given_confirmed_right']}"),
         row("answer@evidence（离线回答含证据）", lambda s: f"{s['answer_at_evidence']}（{s['answerable']} 道可答题）"),
         row("可答题被拒答", lambda s: s["refused"]),
         row("可答题答“不知道”", lambda s: s["not_known"]),
