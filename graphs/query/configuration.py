@@ -38,5 +38,9 @@ class QueryConfiguration(Configuration):
         return get_chat_model(self.settings, json_mode=json_mode)
 
     def calibration(self, scorer: str | None = None) -> Calibration:
-        found = calibration_of(self.settings, self.embedder.name, scorer)
+        """The constants of the scorer that ran (`scorer`), else of the reranker handed in, else of
+        the configured one: an injected reranker never gets another scorer's thresholds. Fields in
+        `calibration_overrides` replace the found ones."""
+        given = self.given.get("reranker")
+        found = calibration_of(self.settings, self.embedder.name, scorer or (given.name if given is not None else None))
         return replace(found, **self.calibration_overrides) if self.calibration_overrides else found
