@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     archive_max_files: int = 2000   # entries of one uploaded .zip / .tar.gz
     archive_max_mb: int = 1000      # its unpacked size: a zip bomb is refused before it fills the disk
     max_context_chars: int = 12000
+    # Offline grading: evidence under the refusal floor after the rewrite is "not known" (on) or
+    # answered with a caution (off: measured on left-out corpora, the floor lost found answers)
+    offline_refusal: bool = False
     # who may use the app ("API_AUTH=off" only for development on 127.0.0.1)
     api_auth: bool = True
     api_keys: str = ""

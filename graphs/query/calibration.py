@@ -34,7 +34,9 @@ What chose them (hit@5 / MRR@10, calibration halves; qa_corpus 24 and qa_milkv_d
   them and the highest foreign score below it, 0.2914 / 0.3084 / 0.2958 for qa_corpus /
   qa_milkv_docs / qa_milkv_dev, the lowest taken (71 / 93 / 83 % of the foreign questions under it).
   Without it, a found answer scored 0.31-0.39 was refused (the answer threshold alone separates
-  answerable from foreign questions only by a few thousandths).
+  answerable from foreign questions only by a few thousandths). Applied only with OFFLINE_REFUSAL
+  (off by default): chosen on the other corpora and applied to a left-out one (`bench.loco`), the
+  floor turned an answer whose passage was found into "not known" (SKR MINI E3: 1 of 13).
 
 BGE-M3, an embedding server and a cross-encoder (in process or a rerank server) could not be
 measured here (no weights on this machine): their entries carry the seed's choices and say so.
