@@ -49,6 +49,11 @@ class Settings:
     mineru_base_url: str = "https://mineru.net/api/v4"
     mineru_poll_interval_s: float = 3.0
     mineru_timeout_s: float = 600.0
+    # every converter of native code (PDF, Word, web page) runs in a child process with these limits
+    convert_timeout_s: float = 900.0   # wall clock; above mineru_timeout_s, which is waited for inside
+    convert_memory_mb: int = 2048      # address space a conversion may add (RLIMIT_AS)
+    convert_crash_retries: int = 1     # a conversion that crashed its process is tried this often more
+    converter_override: str = ""       # "module:function" run instead of every converter (fault drills)
     # chat / vision models (OpenAI-compatible)
     openai_api_key: str = ""
     openai_api_base: str = "https://dashscope.aliyuncs.com/compatible-mode/v1"
@@ -140,6 +145,10 @@ def load_settings() -> Settings:
         mineru_base_url=_env("MINERU_BASE_URL", "https://mineru.net/api/v4").rstrip("/"),
         mineru_poll_interval_s=_float("MINERU_POLL_INTERVAL_S", 3.0),
         mineru_timeout_s=_float("MINERU_TIMEOUT_S", 600.0),
+        convert_timeout_s=max(1.0, _float("CONVERT_TIMEOUT_S", 900.0)),
+        convert_memory_mb=max(64, _int("CONVERT_MEMORY_MB", 2048)),
+        convert_crash_retries=max(0, _int("CONVERT_CRASH_RETRIES", 1)),
+        converter_override=_env("CONVERTER_OVERRIDE"),
         openai_api_key=_env("OPENAI_API_KEY"),
         openai_api_base=_env("OPENAI_API_BASE", "https://dashscope.aliyuncs.com/compatible-mode/v1"),
         llm_default_model=_env("LLM_DEFAULT_MODEL", "qwen-flash"),

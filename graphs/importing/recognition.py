@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphs.vocabulary import PRODUCT_NOUNS, TECH_NOUNS, TECH_TERMS
-from services.doc_converter import markdown_of
+from services.converter_box import markdown_of
 from services.settings import get_settings
 from services.text_files import read_text
 
