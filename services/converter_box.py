@@ -13,6 +13,7 @@ Frames on every pipe: a 4-byte big-endian length, then a pickle.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import importlib
 import math
 import os
@@ -37,6 +38,7 @@ HOST_GRACE_S = 30.0   # the host enforces the time limit; the caller waits this 
 ALARM_GRACE_S = 5     # a child whose host died meanwhile still ends this long after its limit
 HOST_START_S = 120.0  # importing the parsers on a loaded machine
 _HEADER = struct.Struct(">I")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 Progress = Callable[[str], None] | None
 
@@ -119,9 +121,12 @@ def _convert_in_child(job: dict, out: int) -> None:
 
 def _serve() -> None:
     """The host's loop: a job from stdin -> its child's messages, then how it ended, on stdout."""
+    # frames go on a descriptor of their own: whatever a library prints goes to stderr, not into them
+    out = os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     for name in PRELOAD:
         importlib.import_module(name)
-    jobs, out = _Frames(sys.stdin.fileno()), sys.stdout.fileno()
+    jobs = _Frames(sys.stdin.fileno())
     _write_frame(out, ("ready", os.getpid()))
     while True:
         kind, job = jobs.next(math.inf)
@@ -130,11 +135,23 @@ def _serve() -> None:
         _run_child(job, out)
 
 
+def _die_with_parent(host: int) -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != host:  # the host died before the request took effect
+        os._exit(4)
+
+
 def _run_child(job: dict, out: int) -> None:
     read, write = os.pipe()
+    host = os.getpid()
     pid = os.fork()
     if pid == 0:
+        # the child holds no end of the caller's pipes (the caller must see the host's death at once)
+        # and dies with its host
         os.close(read)
+        os.close(out)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), sys.stdin.fileno())
+        _die_with_parent(host)
         _convert_in_child(job, write)
     os.close(write)
     frames, deadline, timed_out = _Frames(read), time.monotonic() + float(job["timeout_s"]), False
