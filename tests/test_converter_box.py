@@ -3,7 +3,6 @@ crash, hang or eat memory (tests/fakes/converters.py), which end only their own 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pymupdf
 import pytest
 
+from bench.security import broken_pdf
 from manual_files import web_manual, word_manual
 from services import converter_box, doc_converter, pdf_parser
 from services.errors import DocumentConversionError, PdfConversionError
@@ -37,14 +37,6 @@ def _lamp_manual(path: Path, pages: int = 3) -> Path:
         for i in range(12):
             page.insert_text((60, 140 + 20 * i), f"Step {n}.{i}: hold the dimmer ring for {i + 2} seconds.", fontsize=11)
     doc.save(path)
-    return path
-
-
-def _broken_pdf(path: Path, mb: int) -> Path:
-    """A PDF header and a body of object-like garbage: MuPDF tries to repair it and gives up."""
-    body = b"%PDF-1.7\n" + b"".join(b"%d 0 obj << /Length 999999 >> stream\n" % i + os.urandom(2048)
-                                     for i in range(mb * 1024 * 1024 // 2100))
-    path.write_bytes(body)
     return path
 
 
@@ -82,7 +74,7 @@ def _no_image(_src: str) -> None:
 
 
 def test_the_parsers_own_refusal_comes_back_unchanged_and_is_not_retried(tmp_path, settings):
-    bad = _broken_pdf(tmp_path / "bad.pdf", 1)
+    bad = broken_pdf(tmp_path / "bad.pdf", 1)
     with pytest.raises(PdfConversionError, match="损坏") as caught:
         converter_box.pdf_to_markdown(bad, tmp_path / "o", settings, stem="bad")
     assert caught.value.node == "node_pdf_to_md" and not caught.value.transient
@@ -92,7 +84,7 @@ def test_the_parsers_own_refusal_comes_back_unchanged_and_is_not_retried(tmp_pat
 
 
 def test_two_invalid_pdfs_parsed_at_once_both_fail_with_reasons(tmp_path, settings):
-    pdfs = [_broken_pdf(tmp_path / f"bad{i}.pdf", 6) for i in range(2)]
+    pdfs = [broken_pdf(tmp_path / f"bad{i}.pdf", 6) for i in range(2)]
     errors: dict[int, str] = {}
 
     def convert(i: int) -> None:
