@@ -132,7 +132,10 @@ def _serve() -> None:
         kind, job = jobs.next(math.inf)
         if kind != "job":
             return  # stdin closed: the caller is gone
-        _run_child(job, out)
+        try:
+            _run_child(job, out)
+        except BrokenPipeError:  # the caller went away mid-conversion; the child dies with this host
+            return
 
 
 def _die_with_parent(host: int) -> None:
@@ -284,10 +287,14 @@ def run_isolated(target: str, kwargs: dict, *, what: str, error: type[ImportProc
             host = _pool.take()
         except (OSError, RuntimeError) as exc:
             raise error(f"{what}无法进行：转换进程没有启动（{exc}）", node=node, cause=exc, transient=True) from exc
+        outcome = "lost"
         try:
             outcome, payload, ended = host.run(job, progress)
         finally:
-            _pool.give_back(host, settings.import_workers)
+            if outcome == "lost":  # it may not look dead yet: its pipes closed before its exit is reported
+                host.close()
+            else:
+                _pool.give_back(host, settings.import_workers)
         if outcome == "done":
             return payload
         if outcome == "refused":
