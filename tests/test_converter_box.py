@@ -2,7 +2,6 @@
 crash, hang or eat memory (tests/fakes/converters.py), which end only their own conversion."""
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ def settings(tmp_path) -> Settings:
 
 
 def _with(settings: Settings, **changes) -> Settings:
-    return dataclasses.replace(settings, **changes)
+    return settings.replace(**changes)
 
 
 def _lamp_manual(path: Path, pages: int = 3) -> Path:
