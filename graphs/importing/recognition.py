@@ -16,7 +16,7 @@ from pathlib import Path
 
 from graphs.importing.naming import MAX_NAME_CHARS, offline_product
 from graphs.vocabulary import PRODUCT_NOUNS, TECH_NOUNS, TECH_TERMS
-from services.doc_converter import markdown_of
+from services.converter_box import markdown_of
 from services.settings import get_settings
 from services.text_files import read_text
 
