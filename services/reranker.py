@@ -30,7 +30,9 @@ from services.settings import Settings, get_settings
 
 jieba.setLogLevel(60)
 STOPWORDS = set("的 了 吗 呢 吧 啊 是 在 和 与 或 及 有 没有 怎么 怎样 如何 什么 哪个 哪些 哪 多少 几 个 能 能否 可以 要 需要 "
-                "用 把 被 对 这 那 这个 那个 它 我 你 请问 一下 时 中 上 下 为什么 是否 吗？ 呢？".split())
+                "用 把 被 对 这 那 这个 那个 它 我 你 请问 一下 时 中 上 下 为什么 是否 吗？ 呢？ "
+                # how a question asks, not what about: "哪款" is no word a passage should hold
+                "哪款 哪种 哪一个 哪几个 哪里 哪儿 几个 多大 多久".split())
 # A sentence ends at Chinese or ASCII end punctuation or a line break (table rows, list items).
 SENTENCE_END = re.compile(r"(?<=[。！？；!?;\n])")
 WORD = re.compile(r"[\w\u4e00-\u9fff]")

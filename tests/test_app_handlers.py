@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import re
 import threading
 import time
 import uuid
@@ -33,7 +34,7 @@ from fakes.mineru_server import FakeMinerU
 from graphs.importing import MAX_FILES, stop_in_app_workers
 from graphs.importing.runner import run_import
 from manual_files import PANEL_PNG, WEB_PRODUCT, WORD_PRODUCT, web_manual, word_manual
-from query_fixtures import model, web  # noqa: F401  (fixtures)
+from query_fixtures import model, user_text, web  # noqa: F401  (fixtures)
 from services.errors import StorageError
 from services.history_store import get_history_store
 from services.object_store import local_images_root
@@ -243,7 +244,12 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
 
 async def test_model_answer_streams_token_by_token_with_web_sources(model, web, product_of):
     question = "Milk-V Duo S 怎么烧录系统镜像？"
-    model.on_answer(question, "根据说明书，先下载镜像 [1]，再用烧录工具写入 SD 卡 [2]。")
+
+    def reply(body: dict) -> str:  # cites two manual sources and the web page, by their numbers in the prompt
+        page = re.search(r"\[(\d+)\]\[source=web\]", user_text(body)).group(1)
+        return f"根据说明书，先下载镜像 [1]，再用烧录工具写入 SD 卡 [2]。网上的教程 [{page}] 步骤相同。"
+
+    model.on_answer(question, reply)
     web.set_pages({"Duo S": [{"title": "Duo S 烧录教程", "url": "https://example.com/duos",
                               "snippet": "Duo S 烧录系统镜像的步骤：下载镜像，写入 SD 卡。"}]})
     s = Session()
@@ -259,10 +265,12 @@ async def test_model_answer_streams_token_by_token_with_web_sources(model, web, 
     web_sources = [line for line in reply["output"].split("　") if "example.com" in line]
     assert web_sources and "[Duo S 烧录教程](https://example.com/duos)" in web_sources[0]  # links out
     assert not [e for e in s.elements(reply["id"]) if "烧录教程" in e["name"]]  # no side panel for web pages
-    # the model's [n] is source n: local chips and web links share one numbering, as in its prompt
+    # the model's [n] is source n: local chips and web links share one numbering, as in its prompt,
+    # and only the sources it cites are shown
     chips = [int(a["label"][1:].split("]")[0]) for a in s.actions("open_source") if a["forId"] == reply["id"]]
     linked = [int(line.split("]")[0].lstrip("[")) for line in web_sources]
-    assert chips and sorted(chips + linked) == list(range(1, len(chips) + len(linked) + 1))
+    cited = sorted({int(n) for n in re.findall(r"\[(\d+)\]", reply["output"].split("**来源**")[0])})
+    assert chips == [1, 2] and len(linked) == 1 and sorted(chips + linked) == cited
     prompt = model.requests("answer")[-1]["messages"][-1]["content"]
     for n in chips[:2]:
         payload = next(a["payload"] for a in s.actions("open_source") if a["label"].startswith(f"[{n}] "))
