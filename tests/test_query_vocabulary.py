@@ -153,6 +153,7 @@ def test_chips_are_the_cited_sources_only_and_at_most_five():
     answer = "见 [2]，另见 [9] 与 [2]。[4][5][6][7][8] 都提到。[12] 不存在。"
     assert [s["index"] for s in cited(answer, sources)] == [2, 4, 5, 6, 7]
     assert cited("没有引用。", sources) == []
+    assert [s["index"] for s in cited("**[3] 引脚**\n> 见手册第 [7] 条", sources)] == [3]  # quoted text cites nothing
 
 
 def test_pictures_are_those_beside_the_quoted_lines():

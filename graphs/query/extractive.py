@@ -206,8 +206,10 @@ def near_quote(content: str, quoted: str) -> str:
 
 def cited(answer: str, sources: list[dict]) -> list[dict]:
     """The sources (numbered by `index`) that the answer's text cites as [n], in their order, at
-    most MAX_CITED: the chips under an answer."""
-    numbers = {int(n) for n in CITATION.findall(answer)}
+    most MAX_CITED: the chips under an answer. A quoted line ("> ...") is the manual's text, and a
+    "[3]" in it no citation."""
+    own = "\n".join(line for line in answer.splitlines() if not line.lstrip().startswith(">"))
+    numbers = {int(n) for n in CITATION.findall(own)}
     return [s for s in sources if s.get("index") in numbers][:MAX_CITED]
 
 
