@@ -73,14 +73,14 @@ def manual(fresh_data, tmp_path):
     path = folder / "zorvex_kx9.md"
     path.write_text(MANUAL, encoding="utf-8")
     result = run_import(path)
-    assert result.status == "completed" and result.item_name.startswith(PRODUCT), (result.status, result.error)
-    return result.item_name  # naming the product is the import's business, not what is tested here
+    assert result.status == "completed" and result.product.startswith(PRODUCT), (result.status, result.error)
+    return result.product  # naming the product is the import's business, not what is tested here
 
 
 def ask(question: str, product: str) -> dict:
     """The question with its product given, as after the product is confirmed."""
     result = run_query(question, product=product, options=OFF)
-    assert result["type"] == "final" and result["item_names"] == [product], result
+    assert result["type"] == "final" and result["products"] == [product], result
     return result
 
 
