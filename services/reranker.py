@@ -10,8 +10,8 @@ held-out questions and is left out. `name` says which scorer ran.
 A question word counts as present when the passage has it or one of its synonyms from the reviewed
 vocabulary in `resources/manual_synonyms.json` (a customer's 主控 is a manual's 微处理器). When the
 question asks for a value (什么 / 多少 / 哪 ...), a sentence that states one under a name the
-question uses ("微处理器：STM32…", a table row) covers the question more than one that only
-mentions the word.
+question uses ("微处理器：STM32…", a table row) scores a little more than one that only mentions
+the word.
 """
 from __future__ import annotations
 
@@ -44,8 +44,13 @@ VALUE_ASKED = re.compile(r"什么|多少|几|哪|多大|多重|多高|多长|多
                          re.IGNORECASE)
 # `名称：值` (a list item's marker allowed): the name is short, the value is not empty.
 LABELLED = re.compile(r"^\s*(?:[-*+•]\s*)?(?P<label>[^：:|\n]{1,24}?)\s*[：:]\s*(?P<value>\S.*)$")
-# Share of a value question's weight that a sentence stating the value under a question word adds.
+# Share of a value question's weight that a sentence stating the value under a question word adds
+# (choosing the sentence to quote).
 VALUE_SHARE = 0.25
+# What a passage that states an asked value under a question word adds to its score: a tie-breaker
+# against a passage that only mentions the word, small enough that every other score, and so the
+# thresholds chosen on them, stays as it was.
+VALUE_BONUS = 0.05
 
 
 @lru_cache(maxsize=1)
@@ -184,8 +189,8 @@ def sentence_coverage(terms: list[str], sentence: str, value: bool, header: str 
     return (score + VALUE_SHARE * states_value(terms, sentence, header)) / (1 + VALUE_SHARE)
 
 
-def best_sentence_coverage(terms: list[str], passage: str, value: bool = False) -> float:
-    return max((sentence_coverage(terms, s, value) for s in sentences(passage)), default=0.0)
+def best_sentence_coverage(terms: list[str], passage: str) -> float:
+    return max((coverage(terms, s) for s in sentences(passage)), default=0.0)
 
 
 def pool_bm25(terms: list[str], passages: list[str]) -> list[float]:
@@ -242,7 +247,8 @@ class OfflineReranker(Reranker):
         terms, value = query_terms(query), value_asked(query)
         contents = [scored_content(d) for d in docs]
         bm25 = pool_bm25(terms, contents)
-        return [round((coverage(terms, c) + best_sentence_coverage(terms, c, value) + b) / 3, 4)
+        return [round(min(1.0, (coverage(terms, c) + best_sentence_coverage(terms, c) + b) / 3
+                          + (VALUE_BONUS if value and states_value(terms, c) else 0.0)), 4)
                 for c, b in zip(contents, bm25)]
 
 
