@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import re
 import threading
 import time
 import uuid
@@ -36,7 +37,7 @@ from graphs.importing.runner import run_import
 from graphs.importing.filetypes import accepted_labels
 from manual_files import PANEL_PNG, WEB_PRODUCT, WORD_PRODUCT, web_manual, word_manual
 from site_files import PAGES, PICTURES, PICTURES_PER_PAGE, png, site_zip, zip_of
-from query_fixtures import model, web  # noqa: F401  (fixtures)
+from query_fixtures import model, user_text, web  # noqa: F401  (fixtures)
 from services.errors import StorageError
 from services.history_store import get_history_store
 from services.object_store import local_images_root
@@ -231,7 +232,9 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
     # sources are chips under the answer; nothing is sent for the side panel until one is clicked
     assert not [e for _, n, e in s.emitter.events if n == "element" and e.get("display") == "side"]
     chips = [a for a in s.actions("open_source") if a["forId"] == reply["id"]]
-    assert chips and chips[0]["label"].startswith(f"[1] duo · ")
+    cited = sorted({int(n) for n in re.findall(r"(?m)^\*\*\[(\d+)\] ", reply["output"])})  # the quoted sources
+    assert chips and [c["payload"]["index"] for c in chips] == cited[:5]  # the cited sources only
+    assert chips[0]["label"].startswith(f"[{cited[0]}] duo · ")
     assert len({c["label"] for c in chips}) == len(chips)  # no two read alike
     assert reply["metadata"]["sources"] == [c["payload"] for c in chips]  # kept for a resumed thread
 
@@ -246,7 +249,12 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
 
 async def test_model_answer_streams_token_by_token_with_web_sources(model, web, product_of):
     question = "Milk-V Duo S 怎么烧录系统镜像？"
-    model.on_answer(question, "根据说明书，先下载镜像 [1]，再用烧录工具写入 SD 卡 [2]。")
+
+    def reply(body: dict) -> str:  # cites two manual sources and the web page, by their numbers in the prompt
+        page = re.search(r"\[(\d+)\]\[source=web\]", user_text(body)).group(1)
+        return f"根据说明书，先下载镜像 [1]，再用烧录工具写入 SD 卡 [2]。网上的教程 [{page}] 步骤相同。"
+
+    model.on_answer(question, reply)
     web.set_pages({"Duo S": [{"title": "Duo S 烧录教程", "url": "https://example.com/duos",
                               "snippet": "Duo S 烧录系统镜像的步骤：下载镜像，写入 SD 卡。"}]})
     s = Session()
@@ -262,10 +270,12 @@ async def test_model_answer_streams_token_by_token_with_web_sources(model, web, 
     web_sources = [line for line in reply["output"].split("　") if "example.com" in line]
     assert web_sources and "[Duo S 烧录教程](https://example.com/duos)" in web_sources[0]  # links out
     assert not [e for e in s.elements(reply["id"]) if "烧录教程" in e["name"]]  # no side panel for web pages
-    # the model's [n] is source n: local chips and web links share one numbering, as in its prompt
+    # the model's [n] is source n: local chips and web links share one numbering, as in its prompt,
+    # and only the sources it cites are shown
     chips = [int(a["label"][1:].split("]")[0]) for a in s.actions("open_source") if a["forId"] == reply["id"]]
     linked = [int(line.split("]")[0].lstrip("[")) for line in web_sources]
-    assert chips and sorted(chips + linked) == list(range(1, len(chips) + len(linked) + 1))
+    cited = sorted({int(n) for n in re.findall(r"\[(\d+)\]", reply["output"].split("**来源**")[0])})
+    assert chips and len(linked) == 1 and sorted(chips + linked) == cited
     prompt = model.requests("answer")[-1]["messages"][-1]["content"]
     for n in chips[:2]:
         payload = next(a["payload"] for a in s.actions("open_source") if a["label"].startswith(f"[{n}] "))
