@@ -52,7 +52,7 @@ def test_boxed_progress_reaches_the_caller(tmp_path, settings):
     lines: list[str] = []
     converter_box.pdf_to_markdown(_lamp_manual(tmp_path / "l.pdf"), tmp_path / "o", settings, stem="l",
                                   progress=lines.append)
-    assert lines == ["本地解析 PDF（共 3 页）", "PDF 解析完成：l.md"]
+    assert lines == ["本地解析 PDF（共 3 页）", *(f"本地解析 PDF：第 {k}/3 页" for k in (1, 2, 3)), "PDF 解析完成：l.md"]
 
 
 def test_word_and_web_pages_convert_in_the_box_with_their_pictures(tmp_path, settings):

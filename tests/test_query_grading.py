@@ -149,8 +149,10 @@ def test_offline_weak_band_answers_with_a_caution_only_after_the_rewrite():
     assert strength(strong) > strength({**weak, "route": "answer"}) > strength(none) == strength(weak | {"weak": False})
 
 
-@pytest.mark.parametrize("question, fact", [("Milk-V Duo 用的是什么主控芯片？", "CV1800B"),   # Markdown page
-                                            ("SKR MINI E3 V2.0 主板外形尺寸多大？", "100.75")])  # PDF manual
+# Questions whose passage the offline scorer rates in the cautious band (0.44 and 0.50 with the manual
+# vocabulary; the main-chip and board-size questions once used here now score 0.69 and 0.93).
+@pytest.mark.parametrize("question, fact", [("Duo S 的以太网口支持 PoE 吗？", "POE Pin"),        # Markdown page
+                                            ("SKR mini E3 V2 连电脑需要装什么驱动？", "mapleDrv")])  # PDF manual
 def test_weak_evidence_above_the_floor_is_answered_with_a_caution(product_of, question, fact):
     result = ask(question)
     grade = result["grade"]
