@@ -1,4 +1,4 @@
-"""The /api endpoints (the seed's import and query services, in one router)."""
+"""The /api endpoints: importing, asking, history and task status, in one router."""
 from __future__ import annotations
 
 import asyncio

@@ -31,7 +31,7 @@ def _segments(value: str, what: str) -> list[str]:
         raise MinioError(f"{what}不能为空")
     if "\x00" in value:
         raise MinioError(f"{what}包含非法字符：{value!r}")
-    # pitfall 16: Windows-style separators must become '/', never %5C in the URL
+    # Windows-style separators must become '/', never %5C in the URL
     normalised = value.replace("\\", "/")
     drive = normalised[:1].isascii() and normalised[:1].isalpha() and normalised[1:2] == ":"
     if normalised.startswith("/") or drive:
@@ -255,7 +255,7 @@ class MinioObjectStore(ObjectStore):
             return client
 
     def object_url(self, object_name: str) -> str:
-        # built by hand: SDK helpers would encode a stray backslash as %5C (pitfall 16)
+        # built by hand: SDK helpers would encode a stray backslash as %5C
         scheme = "https" if self.secure else "http"
         return f"{scheme}://{self.endpoint}/{self.bucket}/{quote(object_name)}"
 

@@ -1,4 +1,4 @@
-"""graphs/importing/chunking.py: seed rule, smart mode, HTML clean-up, the real corpus, conformance."""
+"""graphs/importing/chunking.py: plain rule, smart mode, HTML clean-up, the real corpus, conformance."""
 import importlib.util
 import re
 import subprocess
@@ -31,7 +31,7 @@ def sentences(n, tag="句"):
     return "".join(f"第{i}{tag}：检查电源适配器输出是否为 5V 并确认接线牢固。" for i in range(n))
 
 
-# --- seed rule ---------------------------------------------------------------------------------
+# --- plain rule --------------------------------------------------------------------------------
 
 def test_normalize_newlines():
     assert normalize_newlines("a\r\nb\rc\n") == "a\nb\nc\n"
@@ -40,7 +40,7 @@ def test_normalize_newlines():
 @pytest.mark.parametrize("eol", ["\r\n", "\r"])
 def test_crlf_and_cr_split_like_lf(eol):
     text = eol.join(["# 电源", "输入 5V", "", "## 接口", "USB-C"])
-    chunks = split_markdown(text, "手册", mode="seed")
+    chunks = split_markdown(text, "手册", mode="plain")
     assert titles(chunks) == ["电源", "接口"]
     assert chunks[0]["content"] == "电源\n\n输入 5V"
     assert not any("\r" in c["content"] for c in chunks)
@@ -54,21 +54,21 @@ def test_crlf_and_cr_split_like_lf(eol):
     "# A\n```\n``` python\n# not a heading\n```\n# B\nx",         # an info string does not close
     "# A\n   ```\n# not a heading\n   ```\n# B\nx",               # indented 3 spaces
 ], ids=["backtick", "tilde", "four-backtick", "tilde-in-backtick", "info-string", "indented"])
-@pytest.mark.parametrize("mode", ["seed", "smart"])
+@pytest.mark.parametrize("mode", ["plain", "smart"])
 def test_hash_lines_inside_fences_are_not_headings(text, mode):
     chunks = split_markdown(text, "doc", mode=mode)
     assert not any("not a heading" in c["title"] for c in chunks)
     assert any("# not a heading" in c["content"] for c in chunks)
-    if mode == "seed":
+    if mode == "plain":
         assert titles(chunks) == ["A", "B"]
 
 
 def test_unclosed_fence_runs_to_end():
-    chunks = split_markdown("# Intro\n```\n# a\n# b\n", "doc", mode="seed")
+    chunks = split_markdown("# Intro\n```\n# a\n# b\n", "doc", mode="plain")
     assert titles(chunks) == ["Intro"]
 
 
-@pytest.mark.parametrize("mode", ["seed", "smart"])
+@pytest.mark.parametrize("mode", ["plain", "smart"])
 def test_no_heading_is_one_section_titled_wu_biaoti(mode):
     chunks = split_markdown("只有正文，没有标题。\n\n第二段。", "说明书", mode=mode)
     assert chunks == [{"title": NO_TITLE, "content": f"{NO_TITLE}\n\n只有正文，没有标题。\n\n第二段。",
@@ -77,14 +77,14 @@ def test_no_heading_is_one_section_titled_wu_biaoti(mode):
 
 
 def test_text_before_first_heading_is_a_section_titled_by_file():
-    chunks = split_markdown("前言一句。\n\n# 第一章\n正文", "Duo 手册", mode="seed")
+    chunks = split_markdown("前言一句。\n\n# 第一章\n正文", "Duo 手册", mode="plain")
     assert titles(chunks) == ["Duo 手册", "第一章"]
     assert chunks[0]["content"] == "Duo 手册\n\n前言一句。"
 
 
 def test_long_section_split_into_titled_parts():
     body = "\n\n".join(sentences(20, f"段{p}句") for p in range(10))  # ~6000 chars
-    chunks = split_markdown(f"# 串口调试\n\n{body}", "doc", mode="seed")
+    chunks = split_markdown(f"# 串口调试\n\n{body}", "doc", mode="plain")
     assert len(chunks) >= 3
     assert titles(chunks) == [f"串口调试-{i}" for i in range(1, len(chunks) + 1)]
     assert [c["part"] for c in chunks] == list(range(1, len(chunks) + 1))
@@ -98,8 +98,8 @@ def test_long_section_split_into_titled_parts():
 def test_short_pieces_of_one_section_are_merged_without_repeating_the_prefix():
     table = "\n".join(f"| GP{i} | PWR_GPIO[{i}] | 3.3V 逻辑电平 |" for i in range(65))  # one block over the cap
     text = f"# 引脚\n\n引脚说明。\n\n{table}\n\n以上引脚均为 3.3V。"
-    unmerged = split_markdown(text, "doc", min_len=1, mode="seed")
-    merged = split_markdown(text, "doc", mode="seed")
+    unmerged = split_markdown(text, "doc", min_len=1, mode="plain")
+    merged = split_markdown(text, "doc", mode="plain")
     assert len(merged) < len(unmerged)
     last = merged[-1]
     assert "以上引脚均为 3.3V。" in last["content"] and last["content"].count("引脚\n\n") == 1
@@ -109,11 +109,11 @@ def test_short_pieces_of_one_section_are_merged_without_repeating_the_prefix():
 
 def test_merge_never_exceeds_max_len():
     short, long_ = sentences(8), sentences(66)  # a short paragraph then one just under the cap
-    chunks = split_markdown(f"# 串口调试\n\n{short}\n\n{long_}", "doc", mode="seed")
+    chunks = split_markdown(f"# 串口调试\n\n{short}\n\n{long_}", "doc", mode="plain")
     assert len(chunks) == 2 and all(len(c["content"]) <= 2000 for c in chunks)
 
 
-@pytest.mark.parametrize("mode", ["seed", "smart"])
+@pytest.mark.parametrize("mode", ["plain", "smart"])
 def test_size_limit_holds_for_hostile_input(mode):
     text = ("# " + "超长标题" * 200 + "\n" + "无标点长串" * 900 + "\n## x\n" + "a" * 5000
             + "\n```\n" + "代码行\n" * 1500 + "```\n")
@@ -152,7 +152,7 @@ def test_smart_keeps_callout_headings_inline(label):
     smart = split_markdown(text, "doc", mode="smart")
     assert titles(smart) == ["安装", "安装 > 接线", "维护"]
     assert f"### {label}\n不要带电插拔模块。" in smart[0]["content"]
-    assert len(split_markdown(text, "doc", mode="seed")) == 4  # the seed rule breaks there
+    assert len(split_markdown(text, "doc", mode="plain")) == 4  # the plain rule breaks there
 
 
 def test_smart_merges_tiny_children_into_their_parent_heading():
@@ -223,7 +223,7 @@ def _load_checker():
 
 
 @needs_shared
-@pytest.mark.parametrize("mode", ["seed", "smart"])
+@pytest.mark.parametrize("mode", ["plain", "smart"])
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name)
 def test_corpus_files(path, mode):
     checker = _load_checker()  # an independent reading of the same fence/heading spec
@@ -252,12 +252,12 @@ def test_corpus_files(path, mode):
 
 @needs_shared
 def test_corpus_smart_mode_leaves_fewer_short_chunks():
-    short = {"seed": 0, "smart": 0}
+    short = {"plain": 0, "smart": 0}
     for path in CORPUS_FILES:
         md = html_to_markdown(path.read_text(encoding="utf-8"))
         for mode in short:
             short[mode] += sum(len(c["content"]) < 500 for c in split_markdown(md, path.stem, mode=mode))
-    assert short["smart"] * 3 < short["seed"]
+    assert short["smart"] * 3 < short["plain"]
 
 
 @needs_shared
@@ -268,9 +268,9 @@ def test_conformance_checker_passes():
     assert "71 passed, 0 failed" in proc.stdout
 
 
-def test_conformance_adapter_is_the_seed_rule():
+def test_conformance_adapter_is_the_plain_rule():
     text = "前言\n# A\n## B\nx"
-    assert conformance_split(text, "f") == split_markdown(text, "f", mode="seed")
+    assert conformance_split(text, "f") == split_markdown(text, "f", mode="plain")
 
 
 # --- pages, heading levels, titles that say nothing -------------------------------
@@ -325,7 +325,7 @@ def test_a_lone_top_heading_heads_only_its_own_text():
     chunks = split_markdown(text, "手册", min_len=10)
     assert titles(chunks) == ["前言", "安全", "安装", "安装 > 接线"]
     assert chunks[0]["content"] == "前言\n\n本手册介绍产品。"
-    assert titles(split_markdown(text, "手册", min_len=10, mode="seed")) == ["前言", "安全", "安装", "接线"]
+    assert titles(split_markdown(text, "手册", min_len=10, mode="plain")) == ["前言", "安全", "安装", "接线"]
 
 
 def test_two_top_headings_keep_their_children():

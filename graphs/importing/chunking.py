@@ -1,8 +1,8 @@
-"""Markdown -> retrieval chunks (spec 000 §3.6, node_document_split), as pure functions.
+"""Markdown -> retrieval chunks (node_document_split), as pure functions.
 
 Pipeline for a manual: ``html_to_markdown`` (documentation sites leave HTML/MDX inside Markdown) then
 ``split_markdown``: heading sections -> long sections cut by RecursiveCharacterTextSplitter -> short
-neighbours merged.  ``mode="seed"`` is the spec's rule verbatim; ``mode="smart"`` (default) keeps
+neighbours merged.  ``mode="plain"`` is the plain heading rule (heading text as title, 2000 / 500 characters); ``mode="smart"`` (default) keeps
 callout and empty headings inline, titles chunks with their heading path, merges tiny sibling
 sections, keeps numbered siblings at one level ("2.1" inside "2."), lets no document title or front
 matter heading (前言, 修订历史, 版权声明 …) head every section, and keeps a table of contents out of
@@ -219,7 +219,7 @@ def html_to_markdown(text: str) -> str:
 
 @dataclass
 class _Section:
-    title: str            # seed: heading text; smart: heading path
+    title: str            # plain: heading text; smart: heading path
     parent_title: str
     parent_path: tuple    # heading path of the parent (smart-mode merge key)
     heading: str          # the original heading line ("" for preamble / no-heading documents)
@@ -522,10 +522,10 @@ def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int
     """Split a Markdown manual into chunks: [{title, content, parent_title, part, page_start, page_end}].
 
     Every content starts with a title prefix line and is at most max_len characters.  See the
-    module docstring for the difference between mode="seed" and mode="smart"; pages are 1-based,
+    module docstring for the difference between mode="plain" and mode="smart"; pages are 1-based,
     0 for a document without page markers.
     """
-    if mode not in ("seed", "smart"):
+    if mode not in ("plain", "smart"):
         raise ValueError(f"unknown split mode {mode!r}")
     # 4 bytes per character at most: the upper bound keeps content inside Milvus VARCHAR(65535);
     # the lower one leaves a title prefix room next to the text.
@@ -570,5 +570,6 @@ def _pages(body, page):
 
 
 def conformance_split(markdown_text: str, file_title: str) -> list[dict]:
-    """Adapter for /work/shared/conformance/md_split_check.py (the seed rule it checks)."""
-    return split_markdown(markdown_text, file_title, mode="seed")
+    """Adapter for the shared Markdown-splitter conformance check (`md_split_check.py MODULE:FUNCTION`),
+    which checks the plain rule."""
+    return split_markdown(markdown_text, file_title, mode="plain")

@@ -49,7 +49,8 @@ What chose them (hit@5 / MRR@10, calibration halves; qa_corpus 24 and qa_milkv_d
   floor turned an answer whose passage was found into "not known" (SKR MINI E3: 1 of 13).
 
 BGE-M3, an embedding server and a cross-encoder (in process or a rerank server) could not be
-measured here (no weights on this machine): their entries carry the seed's choices and say so.
+measured here (no weights on this machine): their entries carry the pipeline's default choices (hybrid weights 0.8 / 0.2, the
+cross-encoder's own order) and say so.
 """
 from __future__ import annotations
 
@@ -98,18 +99,18 @@ SEED_RERANKER = dict(input_weight=0.0, rerank_weight=1.0, strip_products=False, 
 SERVER_DENSE = dict(dense_weight=0.5, sparse_weight=1.0)
 CALIBRATIONS: dict[tuple[str, str], Calibration] = {
     ("use-m3", "offline"): OFFLINE,
-    # Not measured: BGE-M3's dense vectors are strong, so the seed's 0.8 / 0.2 stands as rank weights.
+    # Not measured: BGE-M3's dense vectors are strong, so the default 0.8 / 0.2 stands as rank weights.
     ("bge-m3", "offline"): Calibration(**{**OFFLINE.__dict__, "dense_weight": 0.8, "sparse_weight": 0.2,
-                                          "measured": "not measured: seed weights 0.8 / 0.2"}),
+                                          "measured": "not measured: default weights 0.8 / 0.2"}),
     ("server", "offline"): Calibration(**{**OFFLINE.__dict__, **SERVER_DENSE,
                                           "measured": "not measured: BM25-led, dense at half weight"}),
-    # Not measured: a cross-encoder's order replaces the recall order (the seed's rerank).
+    # Not measured: a cross-encoder's order replaces the recall order (the cross-encoder alone decides the order).
     ("use-m3", "cross-encoder"): Calibration(**{**OFFLINE.__dict__, **SEED_RERANKER,
-                                                "measured": "not measured: seed rerank order"}),
+                                                "measured": "not measured: the cross-encoder's order"}),
     ("bge-m3", "cross-encoder"): Calibration(**{**OFFLINE.__dict__, **SEED_RERANKER, "dense_weight": 0.8,
-                                                "sparse_weight": 0.2, "measured": "not measured: seed choices"}),
+                                                "sparse_weight": 0.2, "measured": "not measured: default choices"}),
     ("server", "cross-encoder"): Calibration(**{**OFFLINE.__dict__, **SEED_RERANKER, **SERVER_DENSE,
-                                                "measured": "not measured: seed rerank order, BM25-led recall"}),
+                                                "measured": "not measured: the cross-encoder's order, BM25-led recall"}),
 }
 # The product confirmation judges evidence with the offline scorer's scale.
 EVIDENCE_THRESHOLD = OFFLINE.evidence_threshold

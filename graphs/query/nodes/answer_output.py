@@ -52,7 +52,7 @@ def format_source(i: int, doc: dict) -> str:
 
 def build_context(docs: list[dict], history: list[dict], budget: int) -> tuple[str, str, int]:
     """(sources, history, number of sources) within one shared character budget: sources first and
-    never cut in the middle; history gets what is left, newest turns kept (pitfall 13)."""
+    never cut in the middle; history gets what is left, newest turns kept (an over-long prompt would lose the sources, not the chat)."""
     used, parts = 0, []
     for i, doc in enumerate(docs, 1):
         block = format_source(i, doc)

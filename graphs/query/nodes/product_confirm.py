@@ -55,7 +55,7 @@ def extract_with_llm(cfg: QueryConfiguration, query: str, history: list[dict]) -
 
 
 def vector_scores(cfg: QueryConfiguration, names: list[str]) -> dict[str, float]:
-    """Seed scoring: hybrid search of each extracted name in kb_item_names (only meaningful with
+    """Name scoring: hybrid search of each extracted name in kb_item_names (only meaningful with
     BGE-M3 vectors, whose name-to-name scores separate; offline the lexical match decides)."""
     embedder = cfg.embedder
     if embedder.sparse_mode == "bm25":
