@@ -125,7 +125,7 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
                     "method": "pinned", "scores": {name: 1.0}}
     extracted = extract_with_llm(cfg, query, history)
     names, rewritten = extracted if extracted else ([], query)
-    method = "llm+facets" if extracted else "facets"
+    method = "llm+lexical" if extracted else "lexical"
     found = read_products(query, names, products, aliases)
     if found.kind == "confirm":
         return {"branch": "confirmed", "item_names": found.products, "candidates": [], "rewritten_query": rewritten,
@@ -144,10 +144,10 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
                         key=lambda n: -scores[n])[:MAX_CANDIDATES]
     if confirmed or len(candidates) == 1:  # one consistent product is that product, never one button
         return {"branch": "confirmed", "item_names": confirmed or candidates, "candidates": [],
-                "rewritten_query": rewritten, "method": method + "+vector", "scores": scores}
+                "rewritten_query": rewritten, "method": method, "scores": scores}
     if candidates:
         return {"branch": "ask", "item_names": [], "candidates": candidates, "rewritten_query": rewritten,
-                "method": method + "+vector", "scores": scores}
+                "method": method, "scores": scores}
     if not names and not other_model:
         # No product named: a follow-up ("它") inherits the conversation's product...
         previous = [n for n in history_products(history) if n in products]
