@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -97,6 +98,28 @@ def short_forms(name: str) -> list[str]:
     forms = {"".join(parts) + f.code for parts in itertools.product(*[(w[0], w) for w in family])}
     forms.discard("".join(family) + f.code)  # the name itself written without spaces
     return sorted(forms)
+
+
+def code_tails(names: list[str]) -> list[tuple[str, str, str]]:
+    """Siblings whose codes share a long beginning are told apart by the rest, and people write the
+    rest alone ("C6" for "ESP32C6" beside "ESP32C3"): (tail, the model it ends, the shared beginning).
+    A tail must hold a letter and a digit, so a bare number ("36" of "EBB36") never stands for a product."""
+    lines: dict[tuple[str, str], list[Facets]] = {}
+    for name in names:
+        f = parse_facets(name)
+        if f.code:
+            lines.setdefault((f.brand, f.family), []).append(f)
+    tails: list[tuple[str, str, str]] = []
+    for line in lines.values():
+        codes = {re.sub(r"[\W_]", "", f.code).lower(): f for f in line}
+        if len(codes) < 2:
+            continue
+        start = len(os.path.commonprefix(list(codes)))
+        for code, f in codes.items():
+            tail = code[start:]
+            if start >= 3 and len(tail) >= 2 and re.search(r"[a-z]", tail) and re.search(r"\d", tail):
+                tails.append((tail, " ".join(w for w in (f.brand, f.model) if w), code[:start]))
+    return tails
 
 
 PRODUCT, BRAND = "product", "brand"

@@ -129,3 +129,15 @@ def test_aliases_over_the_api_stick_through_a_reindex(api_server, env, tmp_path)
 @pytest.mark.parametrize("question", ["佐维 KX-9 CAN V1.0 的主控"])
 def test_a_chinese_brand_with_the_model_confirms(question):
     assert ask(question)["item_names"] == ["Zorvex KX-9 CAN V1.0"]
+
+
+def test_siblings_told_apart_by_the_end_of_their_code():
+    """Codes sharing a long beginning: the rest alone names one, the beginning alone names the family."""
+    catalogue = ["Zorvex ZQ7A3", "Zorvex ZQ7B5", "Zorvex ZQ7B5 Max"]
+    pick = lambda q: decide(QueryConfiguration(), q, catalogue, [], "", ProductAliases())  # noqa: E731
+    assert pick("小号的 B5 续航多久？")["item_names"] == ["Zorvex ZQ7B5"]
+    assert pick("ZQ7-A3 的续航多久？")["item_names"] == ["Zorvex ZQ7A3"]  # written out, hyphenated
+    family = pick("Zorvex ZQ7 的续航多久？")
+    assert family["branch"] == "ask" and len(family["candidates"]) == 3
+    assert pick("Zorvex ZQ9 的续航多久？")["branch"] == "refuse"
+    assert pick("Zorvex 36 的续航多久？")["branch"] == "refuse"  # a number after the brand is another model

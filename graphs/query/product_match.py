@@ -17,7 +17,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from graphs.products import ProductAliases, parse_facets, version_key
+from graphs.products import ProductAliases, code_tails, parse_facets, version_key
 from graphs.vocabulary import TECH_TERMS
 
 CONFIRM_SCORE = 0.95
@@ -110,6 +110,15 @@ def product_index(names: tuple[str, ...]) -> ProductIndex:
     return ProductIndex(frozenset(by_token), {t: tuple(ix) for t, ix in by_token.items()})
 
 
+@lru_cache(maxsize=65536)
+def _brand_tokens(name: str, toks: tuple[str, ...]) -> tuple[str, ...]:
+    """The name's brand words ("Seeed Studio" whole); else a first Latin word without a digit."""
+    brand = tuple(tokens(parse_facets(name).brand))
+    if brand and toks[:len(brand)] == brand and len(toks) > len(brand):
+        return brand
+    return toks[:1] if len(toks) > 1 and _is_latin(toks[0]) and not re.search(r"\d", toks[0]) else ()
+
+
 def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str],
                   present: set[str] | None = None) -> ProductMatch:
     """`present`: tokens the question may hold (see ProductIndex.present); runs with a token outside
@@ -118,8 +127,8 @@ def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str
     toks = list(_tokens(name))
     if not toks:
         return ProductMatch(name, 0.0, "none")
-    brand = toks[0] if len(toks) > 1 and _is_latin(toks[0]) and not re.search(r"\d", toks[0]) else ""
-    model = toks[1:] if brand else toks
+    brand = _brand_tokens(name, tuple(toks))
+    model = toks[len(brand):]
     # Category words (模块, 主板) are optional once the name has a model code.
     required = [t for t in model if _is_latin(t)] or model
     covered: set[int] = set()
@@ -153,12 +162,13 @@ def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str
     # After a line word ("myCobot", "Pi") a number is a model too; after a code it is a count or a size.
     for end, line_word in latin_ends:
         nxt = _next_word(q, end, numbers=line_word)
-        if nxt and nxt not in all_tokens:
+        # a word that begins a held code names that family ("ESP32" of "ESP32C3"), not another model
+        if nxt and nxt not in all_tokens and not (len(nxt) >= 3 and any(t.startswith(nxt) for t in all_tokens)):
             return ProductMatch(name, 0.0, "other-model", span, got)
     # A bare version ("V2") is no evidence of a product on its own.
     chars = sum(len(t) for t in got if t in required and not VERSION_TOKEN.fullmatch(t))
     if chars == 0:
-        return ProductMatch(name, BRAND_SCORE if brand in got else 0.0, "brand", span, got)
+        return ProductMatch(name, BRAND_SCORE if set(brand) & set(got) else 0.0, "brand", span, got)
     total = sum(len(t) for t in required)
     return ProductMatch(name, min(0.84, 0.65 + 0.2 * chars / max(1, total)), "partial", span, got)
 
@@ -209,22 +219,34 @@ class Resolution:
 
 
 @lru_cache(maxsize=8)
-def _alias_pattern(pairs: tuple[tuple[str, str], ...]) -> tuple[re.Pattern | None, dict[str, str]]:
-    if not pairs:
-        return None, {}
-    body = "|".join(re.escape(unicodedata.normalize("NFKC", a).lower()) for a, _ in pairs)
+def _alias_pattern(pairs: tuple[tuple[str, str], ...], tails: tuple[tuple[str, str, str], ...]):
     lookup = {unicodedata.normalize("NFKC", a).lower(): target for a, target in pairs}
-    return re.compile(rf"(?<![a-z0-9])(?:{body})(?![a-z0-9])"), lookup
+    after = {tail: prefix for tail, _, prefix in tails}
+    lookup.update({tail: target for tail, target, _ in tails})
+    if not lookup:
+        return None, {}, {}
+    body = "|".join(re.escape(a) for a in sorted(lookup, key=len, reverse=True))
+    # not glued to the word before by a hyphen or a point: "ESP32-C3" is written out, not the tail "C3"
+    return re.compile(rf"(?<![a-z0-9\-_./])(?:{body})(?![a-z0-9])"), lookup, after
 
 
 def expand_aliases(question: str, names: list[str], aliases: ProductAliases | None = None) -> str:
     """The question with every alias written as what it stands for ("领克 01" -> "Lynk & Co 01"),
-    in one pass, so a replacement is never read as an alias again."""
-    pattern, lookup = _alias_pattern(tuple((aliases or ProductAliases()).expansions(names)))
+    in one pass, so a replacement is never read as an alias again. A code's tail written after the
+    code's beginning ("Duo 256M") is the name written out, and stays."""
+    aliases = aliases or ProductAliases()
+    pattern, lookup, after = _alias_pattern(tuple(aliases.expansions(names)), tuple(code_tails(names)))
     text = unicodedata.normalize("NFKC", question)
     if pattern is None:
         return text
-    return pattern.sub(lambda m: f" {lookup[m.group(0)]} ", text.lower())
+    low = text.lower()
+
+    def replace(m: re.Match) -> str:
+        prefix = after.get(m.group(0))
+        if prefix and _SEPS.sub("", low[:m.start()]).endswith(prefix):
+            return m.group(0)
+        return f" {lookup[m.group(0)]} "
+    return pattern.sub(replace, low)
 
 
 def _code_tokens(name: str) -> tuple[str, ...]:
