@@ -92,7 +92,7 @@ def running_app(tmp_path_factory) -> Iterator[RunningApp]:
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    products = {Path(r["file"]).stem: r["item_name"] for r in results}
+    products = {Path(r["file"]).stem: r["product"] for r in results}
     port = free_port()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(

@@ -8,7 +8,7 @@ import pytest
 from api_fixtures import api_client, api_server, wait_task  # noqa: F401 (fixtures)
 from graphs.products import ProductAliases, document_aliases, parse_facets, short_forms
 from graphs.query.configuration import QueryConfiguration
-from graphs.query.nodes.item_name_confirm import decide, refusal
+from graphs.query.nodes.product_confirm import decide, refusal
 
 CATALOGUE = ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1", "Zorvex KX-12", "Zorvex Nimbus Tab 7",
              "Zorvex Nimbus Tab 7 Pro", "Quorra & Vale 03"]
@@ -47,10 +47,10 @@ def test_a_document_names_its_product_and_brand_beside_them():
 def test_model_and_version_confirm_however_written():
     for question in ("KX-9 V1.1 的主控是什么？", "kx9 can 1.1 版用的是哪颗主控", "Zorvex KX9 v1.1 主频多少"):
         d = ask(question)
-        assert (d["branch"], d["item_names"]) == ("confirmed", ["Zorvex KX-9 CAN V1.1"]), question
+        assert (d["branch"], d["products"]) == ("confirmed", ["Zorvex KX-9 CAN V1.1"]), question
     # a short form the name's own words give, and one a person added
-    assert ask("NT7 的屏幕多大？")["item_names"] == ["Zorvex Nimbus Tab 7"]
-    assert ask("NTP7 的屏幕多大？")["item_names"] == ["Zorvex Nimbus Tab 7 Pro"]
+    assert ask("NT7 的屏幕多大？")["products"] == ["Zorvex Nimbus Tab 7"]
+    assert ask("NTP7 的屏幕多大？")["products"] == ["Zorvex Nimbus Tab 7 Pro"]
 
 
 def test_candidates_are_only_what_the_question_is_consistent_with():
@@ -61,13 +61,13 @@ def test_candidates_are_only_what_the_question_is_consistent_with():
 
 def test_one_consistent_product_is_confirmed_and_the_step_says_so():
     d = ask("奎维的车胎压多少？")  # the brand's only product
-    assert (d["branch"], d["item_names"], d["candidates"]) == ("confirmed", ["Quorra & Vale 03"], [])
+    assert (d["branch"], d["products"], d["candidates"]) == ("confirmed", ["Quorra & Vale 03"], [])
     assert "只有这一款" in d["why"]
 
 
 def test_a_model_not_held_is_refused_naming_what_the_family_holds():
     d = ask("Zorvex KX-15 的主控是什么？")
-    assert d["branch"] == "refuse" and d["candidates"] == [] and d["item_names"] == []
+    assert d["branch"] == "refuse" and d["candidates"] == [] and d["products"] == []
     assert "Zorvex KX-12" in d["held"] and "Zorvex KX-12" in refusal(CATALOGUE, d["held"])
     assert ask("奎维 05 的胎压多少？")["held"] == ["Quorra & Vale 03"]  # a Chinese brand, a model not held
     version = ask("KX-9 V2.0 的主控")  # a held model in a version not held
@@ -82,9 +82,9 @@ def test_a_brand_without_a_model_asks_among_its_products():
 
 def test_a_comparison_of_two_resolvable_products_confirms_both():
     d = ask("KX-9 V1.0 和 V1.1 的主控有什么区别？")
-    assert d["branch"] == "confirmed" and sorted(d["item_names"]) == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
+    assert d["branch"] == "confirmed" and sorted(d["products"]) == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
     pair = ask("Nimbus Tab 7 Pro 和 KX-12 哪个更省电？")
-    assert sorted(pair["item_names"]) == ["Zorvex KX-12", "Zorvex Nimbus Tab 7 Pro"]
+    assert sorted(pair["products"]) == ["Zorvex KX-12", "Zorvex Nimbus Tab 7 Pro"]
 
 
 MANUAL = ("# Zorvex KX-9 CAN V1.1 使用手册\n\n佐维（Zorvex）出品。KX-9 CAN V1.1（以下简称“KX9C”）是一块 CAN 扩展板。\n\n"
@@ -123,20 +123,20 @@ def test_aliases_over_the_api_stick_through_a_reindex(api_server, env, tmp_path)
         answer = alice.post("/api/query", json={"query": "小九的主控是什么？"})  # a person's alias names it
         assert answer.status_code == 200, answer.text
         body = answer.json()
-        assert (body["branch"], body.get("item_names") or body.get("products")) == ("confirmed", ["Zorvex KX-9 CAN 1.1"])
+        assert (body["branch"], body["products"]) == ("confirmed", ["Zorvex KX-9 CAN 1.1"])
 
 
 @pytest.mark.parametrize("question", ["佐维 KX-9 CAN V1.0 的主控"])
 def test_a_chinese_brand_with_the_model_confirms(question):
-    assert ask(question)["item_names"] == ["Zorvex KX-9 CAN V1.0"]
+    assert ask(question)["products"] == ["Zorvex KX-9 CAN V1.0"]
 
 
 def test_siblings_told_apart_by_the_end_of_their_code():
     """Codes sharing a long beginning: the rest alone names one, the beginning alone names the family."""
     catalogue = ["Zorvex ZQ7A3", "Zorvex ZQ7B5", "Zorvex ZQ7B5 Max"]
     pick = lambda q: decide(QueryConfiguration(), q, catalogue, [], "", ProductAliases())  # noqa: E731
-    assert pick("小号的 B5 续航多久？")["item_names"] == ["Zorvex ZQ7B5"]
-    assert pick("ZQ7-A3 的续航多久？")["item_names"] == ["Zorvex ZQ7A3"]  # written out, hyphenated
+    assert pick("小号的 B5 续航多久？")["products"] == ["Zorvex ZQ7B5"]
+    assert pick("ZQ7-A3 的续航多久？")["products"] == ["Zorvex ZQ7A3"]  # written out, hyphenated
     family = pick("Zorvex ZQ7 的续航多久？")
     assert family["branch"] == "ask" and len(family["candidates"]) == 3
     assert pick("Zorvex ZQ9 的续航多久？")["branch"] == "refuse"
