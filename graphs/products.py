@@ -115,6 +115,12 @@ def code_tails(names: list[str]) -> list[tuple[str, str, str]]:
         if len(codes) < 2:
             continue
         start = len(os.path.commonprefix(list(codes)))
+        # the tail starts where letters and digits meet: "ESP32" + "C3", not "ESP32C" + "3"
+        def splits(at: int) -> bool:
+            return all(len(c) > at and c[at - 1].isdigit() != c[at].isdigit() and re.search(r"[a-z]", c[at:])
+                       and re.search(r"\d", c[at:]) for c in codes)
+        while start > 3 and not splits(start):
+            start -= 1
         for code, f in codes.items():
             tail = code[start:]
             if start >= 3 and len(tail) >= 2 and re.search(r"[a-z]", tail) and re.search(r"\d", tail):

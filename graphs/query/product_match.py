@@ -222,7 +222,8 @@ class Resolution:
 def _alias_pattern(pairs: tuple[tuple[str, str], ...], tails: tuple[tuple[str, str, str], ...]):
     lookup = {unicodedata.normalize("NFKC", a).lower(): target for a, target in pairs}
     after = {tail: prefix for tail, _, prefix in tails}
-    lookup.update({tail: target for tail, target, _ in tails})
+    for tail, target, _ in tails:  # a tail two lines share stands for both
+        lookup[tail] = f"{lookup[tail]} / {target}" if tail in lookup and target not in lookup[tail] else target
     if not lookup:
         return None, {}, {}
     body = "|".join(re.escape(a) for a in sorted(lookup, key=len, reverse=True))
@@ -289,7 +290,12 @@ def resolve(question: str, names: list[str], aliases: ProductAliases | None = No
             return (_code_tokens(m.name), version if version in versions else "",
                     frozenset(variants(m.name) & written[m.name]))
         chosen = [m.name for m in selected]
-        if len({projection(m) for m in selected}) < len(selected):  # siblings the question cannot tell apart
+        seen: dict[tuple, list[ProductMatch]] = {}
+        for m in selected:
+            seen.setdefault(projection(m), []).append(m)
+        # siblings the question cannot tell apart, one of them not written out in full ("EBB36" of two versions);
+        # two names the question writes out in full are both meant
+        if any(len(group) > 1 and any(m.kind != "full" for m in group) for group in seen.values()):
             return Resolution("ask", chosen, scores={n: min(scores[n], FAMILY_SCORE) for n in chosen},
                               why="问题没有写明版本或型号，同型号的几款都符合")
         return Resolution("confirm", chosen, scores={**scores, **{n: CONFIRM_SCORE for n in chosen}},
