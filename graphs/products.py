@@ -159,16 +159,18 @@ def clean_alias(text: str) -> str:
     return " ".join(str(text or "").split())[:MAX_ALIAS_CHARS]
 
 
-# "Sipeed（矽速）", "矽速（Sipeed）", "Lichee Cluster 4A（简称 LC4A）", "以下简称“LC4A”"
-_BESIDE = r"[（(]\s*(?:以下)?(?:简称|又称|或称|亦称)?\s*[“\"]?([^（）()“”\"，。,;；\n]{1,20}?)[”\"]?\s*[)）]"
-_CALLED = r"(?:以下简称|简称为?|又称|亦称)\s*[“\"]?([A-Za-z0-9\u4e00-\u9fff][A-Za-z0-9\-\u4e00-\u9fff]{0,19})"
-
+# A product's other name needs the document to say so ("以下简称“LC4A”", "（简称 LPi4A）"): a bare
+# bracket after a product's name holds a chip, a version or a variant as often ("Duo（CV1800B）").
+# A brand's needs only the maker's name in the other script beside it: "Sipeed（矽速）", "矽速（Sipeed）".
+_CALLED = (r"[（(]?\s*(?:以下简称|简称为?|又称|亦称|或称)\s*[“\"]?"
+           r"([A-Za-z0-9\u4e00-\u9fff][A-Za-z0-9\-\u4e00-\u9fff]{0,19})")
+_CJK_BESIDE = r"[（(]\s*([\u4e00-\u9fff]{2,8})\s*[)）]"
 _LEADING = "是由的为和与在将把从"  # a one-character word that runs into a Chinese name before a bracket
 
 
 def document_aliases(name: str, text: str) -> list[dict]:
-    """Other names a document writes right beside its product's name or its brand: in brackets after
-    it, the name in brackets after one, or "简称 X" after it; [{"alias", "of"}]. Nothing else counts."""
+    """Other names a document writes right beside its product's name ("简称 X" after it) or its brand
+    (the maker's Chinese name in brackets after it, or it in brackets after that); [{"alias", "of"}]."""
     f = parse_facets(name)
     found: list[tuple[str, str]] = []
     unbranded = " ".join(w for w in (f.model, f.variant, f.version) if w)
@@ -176,10 +178,11 @@ def document_aliases(name: str, text: str) -> list[dict]:
                if len(t) >= 2]
     for target, of in dict.fromkeys(targets):
         escaped = re.escape(target).replace(r"\ ", r"\s*")
-        for m in re.finditer(escaped + r"\s*(?:" + _BESIDE + "|，?" + _CALLED + ")", text, flags=re.IGNORECASE):
-            found.append((m.group(1) or m.group(2), of))
-        for m in re.finditer(r"([\u4e00-\u9fff]{2,8})\s*[（(]\s*" + escaped + r"\s*[)）]", text, flags=re.IGNORECASE):
-            found.append((m.group(1).lstrip(_LEADING), of))
+        after = _CJK_BESIDE if of == BRAND else r"，?\s*" + _CALLED
+        found += [(m.group(1), of) for m in re.finditer(escaped + r"\s*" + after, text, flags=re.IGNORECASE)]
+        if of == BRAND:
+            found += [(m.group(1).lstrip(_LEADING), of) for m in
+                      re.finditer(r"([\u4e00-\u9fff]{2,8})\s*[（(]\s*" + escaped + r"\s*[)）]", text, flags=re.IGNORECASE)]
     own = {w.lower() for w in _words(name)} | {t.lower() for t, _ in targets}
     out: dict[str, dict] = {}
     for alias, of in found:

@@ -42,6 +42,8 @@ def test_a_document_names_its_product_and_brand_beside_them():
     found = document_aliases("Zorvex Nimbus Tab 7", text)
     assert {a["alias"]: a["of"] for a in found} == {"NTab7": "product", "佐维科技": "brand", "佐维": "brand"}
     assert document_aliases("Zorvex Nimbus Tab 7", "Python 示例与 Linux 命令。") == []
+    # a bracket after the name holds a chip, a version or a variant as often: no alias without "简称"
+    assert document_aliases("Zorvex Nimbus Tab 7", "Nimbus Tab 7（ZV9000）与 Nimbus Tab 7（V2）（Pro）") == []
 
 
 def test_model_and_version_confirm_however_written():
