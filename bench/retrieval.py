@@ -29,6 +29,7 @@ from bench.common import (
     targets_table, work_markdown, write_json,
 )
 from bench.sections import with_sections
+from bench.shared import CORPUS
 from graphs.importing.chunking import html_to_markdown, normalize_newlines, split_markdown
 from graphs.importing.chunking import MAX_CONTENT_LENGTH, MIN_CONTENT_LENGTH, embed_text
 from graphs.query.calibration import calibration
@@ -629,13 +630,22 @@ def default_qa() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.retrieval", description="检索与产品确认评测（含基线对比）")
-    parser.add_argument("--docs", nargs="+", required=True, help="要导入的文档或文件夹")
-    parser.add_argument("--qa", nargs="+", default=default_qa(),
-                        help="问答集 JSONL，可给多个（默认 bench/data/qa_*.jsonl 全部）")
+    parser.add_argument("--docs", nargs="+", help="要导入的文档或文件夹（--loco 时不用）")
+    parser.add_argument("--qa", nargs="+", help="问答集 JSONL，可给多个（默认 bench/data/qa_*.jsonl 全部；"
+                                                "--loco 时为共享问答集，见 bench.loco）")
+    parser.add_argument("--loco", nargs="?", const=str(CORPUS), metavar="CORPUS_ROOT",
+                        help="留一语料评测：每个子目录一个语料，阈值在其余语料上选（默认语料根目录 ../shared/corpus）")
     parser.add_argument("--out", required=True, help="报告输出目录")
     add_data_dir_options(parser)
     args = parser.parse_args(argv)
-    return run_cli(lambda: run(args.docs, args.qa, args.out, args.data_dir, args.keep_data), "评测")
+    if args.loco:
+        from bench.loco import run as loco_run  # imports this module: loaded only when asked for
+
+        return run_cli(lambda: loco_run(args.loco, args.out, args.qa), "评测")
+    if not args.docs:
+        parser.error("需要 --docs（或 --loco）")
+    qa = args.qa or default_qa()
+    return run_cli(lambda: run(args.docs, qa, args.out, args.data_dir, args.keep_data), "评测")
 
 
 if __name__ == "__main__":

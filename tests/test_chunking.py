@@ -346,3 +346,104 @@ def test_a_manual_shorter_than_a_chunk_keeps_its_title_over_all_of_it():
     (chunk,) = split_markdown(text, "kettle")
     assert chunk["title"] == "电水壶说明"
     assert chunk["content"] == "电水壶说明\n\n## 加热\n\n按下加热键。\n\n## 除垢\n\n加入白醋煮沸。"
+
+
+# --- front matter and tables of contents ----------------------------------------------------
+
+# A made-up car maker's manual shaped like a converted Word/PDF manual: a cover line, a preface
+# that is the only heading of its rank, a table of contents with page numbers, numbered chapters.
+CAR_MANUAL = f"""# 星河 QX7 纯电轿车用户手册
+
+# 前言
+
+感谢您选择星河汽车。{PARA}
+
+## 目　录
+
+1. 安全须知 .......... 3
+2. 驾驶 .......... 8
+2.1 起步 .......... 9
+2.2 制动 .......... 12
+3. 保养 .......... 20
+
+## 1. 安全须知
+
+{PARA}
+
+## 2. 驾驶
+
+### 2.1 起步
+
+{PARA}
+
+### 2.2 制动
+
+{PARA}
+
+## 3. 保养
+
+### 轮胎气压
+
+前轮 250 kPa，后轮 260 kPa。{PARA}
+"""
+
+
+def test_car_manual_preface_and_contents_head_no_chapter():
+    chunks = split_markdown(CAR_MANUAL, "QX7 手册")
+    # an empty chapter heading and its first short subsection are one chunk under the chapter's name
+    assert titles(chunks) == ["前言", "QX7 手册", "1. 安全须知", "2. 驾驶", "2. 驾驶 > 2.2 制动", "3. 保养"]
+    assert "### 2.1 起步" in chunks[3]["content"]
+    preface, contents = chunks[0], chunks[1]
+    assert "星河 QX7 纯电轿车用户手册" in preface["content"] and "感谢您选择" in preface["content"]
+    # the table of contents is kept as text, on its own, under the document's name
+    assert "2.2 制动 .......... 12" in contents["content"] and "安全须知\n\n" not in contents["content"]
+    assert all(not c["title"].startswith("前言 >") for c in chunks)
+    tyre = chunks[-1]
+    assert "### 轮胎气压" in tyre["content"] and "250 kPa" in tyre["content"]
+
+
+def test_a_preface_with_a_later_heading_of_its_rank_keeps_its_own_subsections():
+    text = f"# 前言\n{PARA}\n## 符号说明\n{PARA}\n# 1 驾驶\n{PARA}\n## 1.1 起步\n{PARA}"
+    assert titles(split_markdown(text, "手册")) == ["前言", "前言 > 符号说明", "1 驾驶", "1 驾驶 > 1.1 起步"]
+
+
+def test_revision_history_and_copyright_head_nothing_after_them():
+    text = f"# 修订历史\nV1.1 修正接线图。{PARA}\n## 产品简介\n{PARA}\n## 规格\n{PARA}"
+    chunks = split_markdown(text, "Acme RT20 手册")
+    assert titles(chunks) == ["修订历史", "产品简介", "规格"]
+    text = f"# 手册\n## 版权声明\n{PARA}\n### 安装\n{PARA}\n### 接线\n{PARA}"
+    assert titles(split_markdown(text, "手册")) == ["版权声明", "安装", "接线"]
+
+
+def test_anchor_link_list_is_a_table_of_contents_not_a_section():
+    links = "\n".join(f"- [{t}](#{t})" for t in ("简介", "安装", "接线", "调试"))
+    text = f"# Nova KZ3 控制器\n\n{links}\n\n开箱后先检查配件。\n\n## 简介\n{PARA}\n## 安装\n{PARA}"
+    chunks = split_markdown(text, "KZ3")
+    assert titles(chunks)[-2:] == ["简介", "安装"]
+    toc = next(c for c in chunks if "- [接线](#接线)" in c["content"])
+    assert "开箱后先检查配件" in toc["content"] and toc["title"] in ("KZ3", "Nova KZ3 控制器")
+    assert all("[简介](#简介)" not in c["content"] for c in chunks[-2:])
+
+
+def test_numbered_steps_ending_in_numbers_are_no_table_of_contents():
+    steps = "1. 设置波特率 9600\n2. 设置数据位 8\n3. 设置停止位 1\n4. 打开串口 1"
+    text = f"# 串口\n## 参数\n{steps}\n\n{PARA}\n## 调试\n{PARA}"
+    chunks = split_markdown(text, "手册")
+    assert titles(chunks) == ["串口 > 参数", "串口 > 调试"] or titles(chunks) == ["参数", "调试"]
+    assert steps in chunks[0]["content"]
+    # under a 目录 heading the same shape is one
+    toc = "1. 简介 3\n2. 安装 5\n3. 接线 9"
+    chunks = split_markdown(f"# 目录\n{toc}\n# 1. 简介\n{PARA}\n# 2. 安装\n{PARA}", "手册")
+    assert titles(chunks) == ["手册", "1. 简介", "2. 安装"] and toc in chunks[0]["content"]
+
+
+def test_contents_entries_set_as_headings_are_no_headings():
+    text = f"# 目录\n## 1. 简介 ........ 2\n## 2. 接线 ........ 4\n## 3. 调试 ........ 7\n# 1. 简介\n{PARA}\n# 2. 接线\n{PARA}"
+    chunks = split_markdown(text, "手册")
+    assert titles(chunks) == ["手册", "1. 简介", "2. 接线"]
+
+
+def test_dotted_subsections_set_as_large_as_their_chapter_nest_inside_it():
+    text = f"# 1. 概述\n{PARA}\n# 1.1 包装清单\n{PARA}\n# 1.2 规格\n{PARA}\n# 2. 安装\n{PARA}\n## 2.1 接线\n{PARA}"
+    assert titles(split_markdown(text, "手册")) == [
+        "1. 概述", "1. 概述 > 1.1 包装清单", "1. 概述 > 1.2 规格", "2. 安装", "2. 安装 > 2.1 接线"]

@@ -17,6 +17,7 @@ from graphs.query.evidence import (
 from graphs.query.planning import evidence_branches, named_products, plan_question
 from graphs.query.rewriting import feedback_terms
 from graphs.query.runner import run_query
+from services.settings import get_settings
 from query_fixtures import GRADE_ANSWER, STEP_BACK, model, node_entry, user_text  # noqa: F401  (fixture)
 
 OFF = {"web_search": False, "hyde": False}
@@ -75,7 +76,8 @@ def test_comparison_is_split_per_product_and_keeps_both_mcu_passages(product_of,
 
 
 def test_weak_evidence_takes_exactly_one_rewrite_then_says_it_does_not_know(product_of):
-    result = ask(WEAK_Q)
+    # with the refusal floor on (off by default offline: weak evidence is then a cautious answer)
+    result = ask(WEAK_Q, config={"configurable": {"settings": get_settings().replace(offline_refusal=True)}})
     done = result["done_list"]
     assert done.count("node_rewrite_query") == done.count("node_search_rewritten") == 1
     assert done.count("node_grade") == 2

@@ -6,9 +6,7 @@ from chainlit.context import context
 from chainlit.input_widget import Switch
 from chainlit.utils import utc_now
 
-from graphs.query.contracts import FinalEvent, answer_of
-from graphs.query.product_match import rank_products
-from graphs.query.runner import astream_query
+from graphs.query import FinalEvent, answer_of, astream_query, cited, rank_products
 from services.settings import get_settings
 from ui.background import drop_buttons, keep_buttons
 from ui.format import STEP_TYPES, sources_line, step_output, sub_question_output
@@ -162,7 +160,7 @@ class AnswerView:
         else:
             elements += [cl.Image(url=url, name=f"插图 {i}", display="inline", size="large")
                          for i, url in enumerate(final.get("image_urls") or [], 1)]
-            sources = final.get("sources") or []
+            sources = cited(final.get("answer") or "", final.get("sources") or [])
             if self.show_sources and sources:
                 parts.append(sources_line(sources))
                 # chips, not side elements: Chainlit opens its side panel for every side element sent

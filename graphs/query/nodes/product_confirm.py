@@ -15,6 +15,7 @@ from graphs.base import graph_node
 from graphs.query.calibration import EVIDENCE_MARGIN, EVIDENCE_THRESHOLD
 from graphs.query.configuration import QueryConfiguration
 from graphs.products import ProductAliases
+from graphs.query.planning import compared_versions
 from graphs.query.product_match import (
     CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, Resolution, names_unknown_model, rank_products, resolve,
 )
@@ -142,6 +143,7 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
     confirmed = [n for n, s in scores.items() if s > CONFIRM_THRESHOLD]
     candidates = sorted((n for n, s in scores.items() if CANDIDATE_THRESHOLD <= s <= CONFIRM_THRESHOLD),
                         key=lambda n: -scores[n])[:MAX_CANDIDATES]
+    confirmed = confirmed or compared_versions(query, candidates)
     if confirmed or len(candidates) == 1:  # one consistent product is that product, never one button
         return {"branch": "confirmed", "products": confirmed or candidates, "candidates": [],
                 "rewritten_query": rewritten, "method": method, "scores": scores}
