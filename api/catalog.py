@@ -68,9 +68,15 @@ def delete_document(doc_id: DocId, user: Editor):
 
 
 @router.patch("/products/{name}", response_model=ProductRenamed, responses={**NOT_FOUND, 409: {"model": ErrorBody}},
-              summary="产品改名；改成已有的产品名需 merge=true（合并）")
-def rename_product(name: ProductName, body: ProductRename, user: Editor):
-    return _call(catalog.rename_product, name, body.new_name, merge=body.merge, updated_by=user.name)
+              summary="产品改名（改成已有的产品名需 merge=true：合并）和/或设置别名")
+def change_product(name: ProductName, body: ProductRename, user: Editor):
+    """Aliases first, under the old name: a rename then carries them over."""
+    aliases = _call(catalog.set_aliases, name, body.aliases, updated_by=user.name) if body.aliases is not None else None
+    if body.new_name is None:
+        docs = _call(catalog.documents, name)
+        return {"product": name, "documents": len(docs), "chunks": 0, "merged": False, "aliases": aliases}
+    result = _call(catalog.rename_product, name, body.new_name, merge=body.merge, updated_by=user.name)
+    return {**result, "aliases": _call(catalog.product_aliases, result["product"])}
 
 
 @router.delete("/products/{name}", response_model=ProductDeleted, responses=NOT_FOUND, summary="删除一个产品的全部文档")

@@ -1,9 +1,9 @@
 """Request and response bodies of the HTTP API (they are what the OpenAPI schema shows)."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 # Session ids travel in URLs and as database keys: keep them plain.
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -135,10 +135,22 @@ class Health(BaseModel):
     models: ModelChecks
 
 
+class ProductAlias(BaseModel):
+    alias: str
+    of: str = Field("product", description="product：指这款产品；brand：指它的品牌")
+    source: str = Field(description="document：文档里写的；user：有人添加的")
+    by: str = Field("", description="添加的人")
+
+
 class Product(BaseModel):
     product: str
     documents: int = Field(description="已导入的文档数")
     chunks: int = Field(description="切片总数")
+    brand: str = Field("", description="品牌")
+    model: str = Field("", description="型号（系列词 + 型号代码）")
+    variant: str = Field("", description="变体（型号之后的词，如 CAN、Pi）")
+    version: str = Field("", description="版本（如 V1.1）")
+    aliases: list[ProductAlias] = Field(default_factory=list, description="别名：文档里写的，以及有人添加的")
 
 
 class Document(BaseModel):
@@ -179,8 +191,16 @@ class DocumentDeleted(BaseModel):
 
 
 class ProductRename(BaseModel):
-    new_name: str = Field(min_length=1, max_length=100, description="新的产品名")
+    new_name: str | None = Field(None, min_length=1, max_length=100, description="新的产品名")
     merge: bool = Field(False, description="新名称已存在时必须为 true：把两个产品合并")
+    aliases: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        None, max_length=50, description="产品的别名（整张清单：新加的记在你名下，未列出的被删除；文档导入不会再加回）")
+
+    @model_validator(mode="after")
+    def _something(self):
+        if self.new_name is None and self.aliases is None:
+            raise ValueError("请给出新的产品名（new_name）或别名清单（aliases）")
+        return self
 
 
 class ProductRenamed(BaseModel):
@@ -188,6 +208,7 @@ class ProductRenamed(BaseModel):
     documents: int
     chunks: int
     merged: bool
+    aliases: list[ProductAlias] = Field(default_factory=list)
 
 
 class ProductDeleted(BaseModel):

@@ -14,6 +14,10 @@ from services.history_store import DocumentDatabase, get_database, now_ts
 from services.settings import Settings
 
 DOCUMENT_COLLECTION = "kb_document"
+# Per product: its aliases ({"alias", "of": "product" | "brand", "source": "document" | "user", "by"})
+# and the ones a person removed, which a re-import of the documents does not bring back. Kept apart
+# from the documents' records so a reindex or a re-import, which rewrite those, leaves them be.
+PRODUCT_COLLECTION = "kb_product"
 IMPORTING, READY, DAMAGED = "importing", "ready", "damaged"
 # What a version of a document says about itself (set by `begin`, made current by `commit`).
 VERSION_FIELDS = ("identity", "doc_key", "file_name", "source", "source_path", "content_hash", "product", "product_source",
@@ -104,6 +108,62 @@ class DocumentRegistry:
             entry["documents"] += 1
             entry["chunks"] += int(r.get("chunks") or 0)
         return sorted(out.values(), key=lambda e: e["product"])
+
+    # -- product aliases ------------------------------------------------------------------
+    def _products(self, action: str):
+        return self.db.collection(PRODUCT_COLLECTION, action, indexes=[[("product", 1)]])
+
+    def aliases(self) -> dict[str, list[dict]]:
+        """product -> its aliases, for every product that has one."""
+        with self._products("读取产品别名") as products:
+            return {p["product"]: list(p.get("aliases") or []) for p in products.find({}, {"_id": 0})}
+
+    def product_aliases(self, product: str) -> list[dict]:
+        with self._products("读取产品别名") as products:
+            found = products.find_one({"product": product}, {"_id": 0})
+        return list((found or {}).get("aliases") or [])
+
+    def add_document_aliases(self, product: str, entries: list[dict]) -> None:
+        """Aliases a document writes: added unless present or removed by a person."""
+        with self._products("保存产品别名") as products:
+            found = products.find_one({"product": product}) or {}
+            have = list(found.get("aliases") or [])
+            skip = {a["alias"] for a in have} | set(found.get("removed") or [])
+            new = [{**e, "source": "document", "by": ""} for e in entries if e["alias"] not in skip]
+            if new:
+                products.update_one({"product": product}, {"$set": {"aliases": have + new, "updated": now_ts()}},
+                                    upsert=True)
+
+    def set_aliases(self, product: str, aliases: list[str], by: str) -> list[dict]:
+        """A person's list: those kept stay as they were, new ones are theirs, the rest are removed."""
+        with self._products("保存产品别名") as products:
+            found = products.find_one({"product": product}) or {}
+            have = {a["alias"]: a for a in found.get("aliases") or []}
+            kept = [have.get(a) or {"alias": a, "of": "product", "source": "user", "by": by} for a in aliases]
+            removed = sorted((set(found.get("removed") or []) | set(have)) - set(aliases))
+            products.update_one({"product": product},
+                                {"$set": {"aliases": kept, "removed": removed, "updated": now_ts()}}, upsert=True)
+        return kept
+
+    def move_aliases(self, old: str, new: str) -> None:
+        """A renamed product keeps its aliases; merged into another, the two lists join."""
+        if old == new:
+            return
+        with self._products("保存产品别名") as products:
+            src = products.find_one({"product": old})
+            if src is None:
+                return
+            dst = products.find_one({"product": new}) or {}
+            names = {a["alias"] for a in dst.get("aliases") or []}
+            aliases = list(dst.get("aliases") or []) + [a for a in src.get("aliases") or [] if a["alias"] not in names]
+            removed = sorted(set(dst.get("removed") or []) | set(src.get("removed") or []))
+            products.update_one({"product": new}, {"$set": {"aliases": aliases, "removed": removed,
+                                                            "updated": now_ts()}}, upsert=True)
+            products.delete_one({"product": old})
+
+    def drop_aliases(self, product: str) -> None:
+        with self._products("删除产品别名") as products:
+            products.delete_one({"product": product})
 
     def ping(self) -> bool:
         return self.db.ping()

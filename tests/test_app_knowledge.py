@@ -150,7 +150,7 @@ async def test_the_knowledge_base_view_lists_shows_and_changes(own_data):
 
     product = await click(s, "管理：Milk-V Duo", "### Milk-V Duo")
     assert "| duo.md | ✅ 可用 |" in product["output"] and "duos.md" not in product["output"]
-    assert under(s, product) == ["《duo.md》", "改名", "删除产品"]
+    assert under(s, product) == ["《duo.md》", "改名", "添加别名", "删除产品"]
 
     # a document's chunks: heading path, text, pictures; a page at a time
     page = await click(s, "《duo.md》", "### 《duo.md》")

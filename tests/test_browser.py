@@ -369,6 +369,52 @@ async def test_a_remote_image_manual_makes_the_browser_fetch_nothing_remote(runn
         assert site.requests == [] and elsewhere == []
 
 
+async def test_products_are_confirmed_by_facets_and_their_aliases_show(running_app, tmp_path):  # noqa: F811
+    """A made-up vendor's two versions of one board: a short form confirms, a model not held is refused
+    naming what is held, and the knowledge base shows the aliases the manual writes."""
+    files = []
+    for version, chip in (("V1.0", "ZV32F1"), ("V1.1", "ZV32F4")):
+        manual = tmp_path / f"kx9-{version}.md"
+        manual.write_text(f"# Zorvex KX-9 CAN {version} 使用手册\n\n佐维（Zorvex）出品的 CAN 扩展板。\n\n"
+                          f"## 主控\n\n主控为 {chip}，示例代码用 Python 编写。\n", encoding="utf-8")
+        files.append(str(manual))
+    async with browser_page(running_app, "99-failure-facets") as page:
+        await log_in(page, running_app.url)
+        await expect(page.locator("#chat-settings-open-modal")).to_be_visible()
+        await page.set_input_files("#upload-button-input", files)
+        await expect(page.locator("#chat-submit")).to_be_enabled()
+        await page.click("#chat-submit")
+        await expect(page.locator(REPLIES).filter(has_text="导入完成")).to_have_count(2)
+        await ask(page, "kx9 can 1.1 版的主控是什么？")  # written unlike the name: no brand, no "V"
+        confirm = page.locator(NODE_STEPS).filter(has_text="产品确认").last
+        await confirm.get_by_role("button").first.click()
+        await expect(confirm).to_contain_text("已确认：Zorvex KX-9 CAN V1.1（")
+        await expect(page.locator(REPLIES).filter(has_text="来源").last).to_contain_text("ZV32F4")
+        replies_before = await page.locator(REPLIES).count()
+        await ask(page, "佐维 KX-15 的主控是什么？")
+        refused = page.locator(REPLIES).nth(replies_before)
+        await expect(refused).to_contain_text("没有您问的这个型号")
+        await expect(refused).to_contain_text("Zorvex KX-9 CAN V1.0、Zorvex KX-9 CAN V1.1")
+        await expect(refused.get_by_role("button", name="Zorvex KX-9 CAN V1.0")).to_have_count(0)  # no family buttons
+        await shot(page, "12-facets-confirm-and-refuse")
+        await page.click("#command-知识库")
+        await page.click("#chat-submit")
+        overview = page.locator(REPLIES).filter(has_text="📚 知识库").last
+        await overview.get_by_role("button", name="管理：Zorvex KX-9 CAN V1.1", exact=True).click()
+        view = page.locator(REPLIES).filter(has_text="点击文件名查看它的切片").last
+        await expect(view).to_contain_text("品牌：Zorvex　型号：KX-9　变体：CAN　版本：V1.1")
+        await expect(view).to_contain_text("别名：佐维（文档，指品牌）")
+        await view.get_by_role("button", name="添加别名").click()
+        await expect(page.get_by_text("请输入“Zorvex KX-9 CAN V1.1”的别名")).to_be_visible()
+        await page.fill("#chat-input", "小九")
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_text("现在的别名：佐维、小九")).to_be_visible()
+        await shot(page, "13-aliases")
+        product = next(p for p in await api_get(page, running_app.url, "/api/products")
+                       if p["product"] == "Zorvex KX-9 CAN V1.1")
+        assert {a["alias"]: a["source"] for a in product["aliases"]} == {"佐维": "document", "小九": "user"}
+
+
 async def test_a_site_archive_is_attached_and_its_pictures_load(running_app, tmp_path):  # noqa: F811
     archive = site_zip(tmp_path / "澜舟文档站.zip", top="lanzhou/")
     async with browser_page(running_app, "99-failure-site-archive") as page:

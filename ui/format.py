@@ -359,8 +359,20 @@ def kb_overview(docs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def product_view(product: str, docs: list[dict]) -> str:
-    return "\n".join([f"### {cell(product)}", "", documents_table(docs), "",
+FACET_NAMES = (("brand", "品牌"), ("model", "型号"), ("variant", "变体"), ("version", "版本"))
+ALIAS_SOURCES = {"document": "文档", "user": "用户添加"}
+
+
+def product_facts(facts: dict) -> list[str]:
+    """Brand / model / variant / version, then every alias with where it came from."""
+    facets = "　".join(f"{label}：{cell(facts[key])}" for key, label in FACET_NAMES if facts.get(key))
+    aliases = "、".join(f"{cell(a['alias'])}（{ALIAS_SOURCES.get(a.get('source'), '—')}"
+                       + ("，指品牌" if a.get("of") == "brand" else "") + "）" for a in facts.get("aliases") or [])
+    return [facets, "", f"别名：{aliases or '（无）'}", ""]
+
+
+def product_view(product: str, docs: list[dict], facts: dict | None = None) -> str:
+    return "\n".join([f"### {cell(product)}", "", *(product_facts(facts) if facts else []), documents_table(docs), "",
                       "点击文件名查看它的切片，或重新导入、删除。"])
 
 

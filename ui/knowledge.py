@@ -34,6 +34,7 @@ MAX_PICTURES = 6
 OPEN, PRODUCT, DOC = "kb_open", "kb_product", "kb_doc"
 ACCEPT, RENAME, MOVE, MOVE_TO, MOVE_OTHER = "kb_accept", "kb_rename", "kb_move", "kb_move_to", "kb_move_other"
 REIMPORT, DELETE_DOC, DELETE_PRODUCT, REINDEX = "kb_reimport", "kb_delete_doc", "kb_delete_product", "kb_reindex"
+ALIAS_ADD, ALIAS_REMOVE = "kb_alias_add", "kb_alias_remove"
 CONFIRM, CANCEL = "kb_confirm", "kb_cancel"
 READ_ONLY = {OPEN, PRODUCT, DOC, CANCEL}
 
@@ -121,11 +122,37 @@ async def show_product(action: cl.Action) -> None:
     if not docs:
         await say(f"❌ 产品不存在：{product}", again())
         return
+    facts = next((p for p in await asyncio.to_thread(catalog.products) if p["product"] == product), None)
     actions = [button(DOC, file_label(d, docs), "file-text", doc=d["doc_id"]) for d in docs]
     if can_edit() and product != NO_PRODUCT:
         actions += [button(RENAME, "改名", "pencil", product=product),
-                    button(DELETE_PRODUCT, "删除产品", "trash-2", product=product)]
-    await say(product_view(product, docs), actions)
+                    button(ALIAS_ADD, "添加别名", "tag", product=product)]
+        actions += [button(ALIAS_REMOVE, f"删除别名：{a['alias']}", "x", product=product, alias=a["alias"])
+                    for a in (facts or {}).get("aliases", [])]
+        actions.append(button(DELETE_PRODUCT, "删除产品", "trash-2", product=product))
+    await say(product_view(product, docs, facts), actions)
+
+
+async def change_aliases(product: str, change: Callable[[list[str]], list[str]], done: str) -> None:
+    """The product's alias list changed by `change`, saved as the person's list."""
+    have = [a["alias"] for a in await asyncio.to_thread(catalog.product_aliases, product)]
+    saved = await asyncio.to_thread(catalog.set_aliases, product, change(have), updated_by=user_name())
+    shown = "、".join(a["alias"] for a in saved) or "（无）"
+    await say(f"✅ {done}。“{product}”现在的别名：{shown}", [button(PRODUCT, f"管理：{product}", "package", product=product)])
+
+
+async def add_alias(action: cl.Action) -> None:
+    product = str(action.payload.get("product") or "")
+    alias = await ask_name(f"请输入“{product}”的别名（例如中文品牌名、简称）：", action)
+    if not alias:
+        await say("没有收到别名，保持原样。")
+        return
+    await change_aliases(product, lambda have: [*have, alias], f"已添加别名“{alias}”")
+
+
+async def remove_alias(action: cl.Action) -> None:
+    product, alias = str(action.payload.get("product") or ""), str(action.payload.get("alias") or "")
+    await change_aliases(product, lambda have: [a for a in have if a != alias], f"已删除别名“{alias}”")
 
 
 async def show_document(action: cl.Action) -> None:
@@ -333,7 +360,7 @@ ACTIONS: dict[str, Callable[[cl.Action], Awaitable[None]]] = {
     OPEN: show_overview, PRODUCT: show_product, DOC: show_document,
     ACCEPT: accept, RENAME: rename, MOVE: move, MOVE_TO: move_to, MOVE_OTHER: move_other,
     REIMPORT: reimport, DELETE_DOC: ask_delete_document, DELETE_PRODUCT: ask_delete_product, REINDEX: ask_reindex,
-    CONFIRM: confirmed, CANCEL: cancel,
+    ALIAS_ADD: add_alias, ALIAS_REMOVE: remove_alias, CONFIRM: confirmed, CANCEL: cancel,
 }
 
 

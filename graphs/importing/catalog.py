@@ -12,6 +12,7 @@ from typing import Callable
 from graphs.importing.chunking import embed_text
 from graphs.importing.naming import MAX_NAME_CHARS, one_line
 from graphs.importing.runner import ImportResult, run_import
+from graphs.products import MAX_ALIAS_CHARS, MAX_ALIASES, clean_alias, parse_facets
 from services.documents import DAMAGED, IMPORTING, READY, get_document_registry
 from services.embeddings import get_embedder
 from services.errors import ConfigurationError, ValidationError
@@ -39,7 +40,37 @@ def _quiet(_: str) -> None:
 
 
 def products() -> list[dict]:
-    return get_document_registry().products()
+    """Every product with its facets (brand, model, variant, version) and its aliases."""
+    registry = get_document_registry()
+    aliases = registry.aliases()
+    return [{**p, **parse_facets(p["product"]).as_dict(), "aliases": aliases.get(p["product"], [])}
+            for p in registry.products()]
+
+
+def product_aliases(product: str) -> list[dict]:
+    return get_document_registry().product_aliases(product)
+
+
+def set_aliases(product: str, aliases: list[str], *, updated_by: str = "") -> list[dict]:
+    """The product's aliases become exactly `aliases` (a person's list: added ones are theirs)."""
+    if not documents(product):
+        raise NotFound(f"产品不存在：{product}")
+    wanted = list(dict.fromkeys(clean_alias(a) for a in aliases))
+    if any(not a for a in wanted):
+        raise ValidationError("别名不能为空。")
+    if any(len(" ".join(str(a).split())) > MAX_ALIAS_CHARS for a in aliases):
+        raise ValidationError(f"别名太长，请不要超过 {MAX_ALIAS_CHARS} 个字。")
+    if len(wanted) > MAX_ALIASES:
+        raise ValidationError(f"一个产品最多 {MAX_ALIASES} 个别名。")
+    registry = get_document_registry()
+    # one alias names one product: the question it is written in must not find two
+    taken = {p["product"].lower(): p["product"] for p in registry.products() if p["product"] != product}
+    taken |= {a["alias"].lower(): other for other, entries in registry.aliases().items() if other != product
+              for a in entries if a.get("of") != "brand"}
+    clash = next((a for a in wanted if a.lower() in taken), None)
+    if clash:
+        raise ValidationError(f"别名“{clash}”已经用于产品“{taken[clash.lower()]}”，一个别名只能指向一个产品。")
+    return registry.set_aliases(product, wanted, updated_by)
 
 
 def documents(product: str | None = None) -> list[dict]:
@@ -77,7 +108,9 @@ def delete_product(name: str) -> dict:
     docs = documents(name)
     if not docs:
         raise NotFound(f"产品不存在：{name}")
-    return {"product": name, "documents": [delete_document(d["doc_id"])["doc_id"] for d in docs]}
+    removed = [delete_document(d["doc_id"])["doc_id"] for d in docs]
+    get_document_registry().drop_aliases(name)
+    return {"product": name, "documents": removed}
 
 
 def _rewrite(doc_id: str, new_name: str, updated_by: str) -> int:
@@ -122,6 +155,7 @@ def rename_product(old: str, new: str, *, merge: bool = False, updated_by: str =
     for n, d in enumerate(docs, 1):
         progress(f"正在更新 {n}/{len(docs)}：{d.get('file_name')}")
         chunks += _rewrite(d["doc_id"], new, updated_by)
+    get_document_registry().move_aliases(old, new)
     return {"product": new, "from": old, "documents": len(docs), "chunks": chunks, "merged": bool(merge)}
 
 

@@ -12,6 +12,7 @@ from langchain_openai import ChatOpenAI
 from graphs.base import Configuration, Service
 from graphs.query.calibration import Calibration, calibration_of
 from services.chat_model import get_chat_model
+from services.documents import DocumentRegistry, get_document_registry
 from services.embeddings import Embedder, get_embedder
 from services.history_store import HistoryStore, get_history_store
 from services.reranker import OfflineReranker, Reranker, get_reranker
@@ -24,6 +25,7 @@ class QueryConfiguration(Configuration):
     embedder = Service[Embedder](lambda s: get_embedder(s))
     reranker = Service[Reranker](lambda s: get_reranker(s))
     history_store = Service[HistoryStore](lambda s: get_history_store(s))
+    registry = Service[DocumentRegistry](lambda s: get_document_registry(s))  # the products' aliases
     # Calibration fields replaced for this run (a benchmark choosing them on other corpora): {} = none
     calibration_overrides = Service[dict](lambda s: {})
 

@@ -4,6 +4,11 @@ Measured on near-twins: embedding cosines between questions and product names sa
 hundredths for twins, so thresholds on them could not decide. Model codes and brand tokens can:
 the full model code written out -> confirm; only a family or brand -> ask; a different model
 (`Milk-V Mars` when only Duo boards are known) -> no match.
+
+`resolve` then reads the question by facets (graphs.products): aliases are written back to the names
+they stand for, a product whose code is named and whose version and variant the question does not
+contradict is selected, siblings the question cannot tell apart are asked between, and a model code
+the catalogue lacks beside a line it holds is refused with what that line holds.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from graphs.products import ProductAliases, code_tails, parse_facets, version_key
 from graphs.vocabulary import TECH_TERMS
 
 CONFIRM_SCORE = 0.95
@@ -69,9 +75,13 @@ class ProductMatch:
     covered: list[str] = field(default_factory=list)
 
 
-def _next_word(text: str, end: int) -> str:
-    m = re.match(r"[\s\-_/·]*([a-z][a-z0-9]*)", text[end:])
-    return m.group(1) if m else ""
+def _next_word(text: str, end: int, numbers: bool) -> str:
+    """The word after a match; with `numbers`, one starting with a digit too ("myCobot 320"), unless
+    it is a version or a measure written with a point ("1.1 版", "2.5G")."""
+    m = re.match(r"[\s\-_/·]*([a-z0-9][a-z0-9.]*)(\s*版)?", text[end:])
+    if not m or (m.group(1)[0].isdigit() and (not numbers or m.group(2) or "." in m.group(1))):
+        return ""
+    return m.group(1).split(".")[0]
 
 
 def _is_latin(tok: str) -> bool:
@@ -100,6 +110,15 @@ def product_index(names: tuple[str, ...]) -> ProductIndex:
     return ProductIndex(frozenset(by_token), {t: tuple(ix) for t, ix in by_token.items()})
 
 
+@lru_cache(maxsize=65536)
+def _brand_tokens(name: str, toks: tuple[str, ...]) -> tuple[str, ...]:
+    """The name's brand words ("Seeed Studio" whole); else a first Latin word without a digit."""
+    brand = tuple(tokens(parse_facets(name).brand))
+    if brand and toks[:len(brand)] == brand and len(toks) > len(brand):
+        return brand
+    return toks[:1] if len(toks) > 1 and _is_latin(toks[0]) and not re.search(r"\d", toks[0]) else ()
+
+
 def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str],
                   present: set[str] | None = None) -> ProductMatch:
     """`present`: tokens the question may hold (see ProductIndex.present); runs with a token outside
@@ -108,13 +127,13 @@ def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str
     toks = list(_tokens(name))
     if not toks:
         return ProductMatch(name, 0.0, "none")
-    brand = toks[0] if len(toks) > 1 and _is_latin(toks[0]) and not re.search(r"\d", toks[0]) else ""
-    model = toks[1:] if brand else toks
+    brand = _brand_tokens(name, tuple(toks))
+    model = toks[len(brand):]
     # Category words (模块, 主板) are optional once the name has a model code.
     required = [t for t in model if _is_latin(t)] or model
     covered: set[int] = set()
     spans: list[tuple[int, int]] = []
-    latin_ends: list[int] = []
+    latin_ends: list[tuple[int, bool]] = []  # (end, whether the run ends on a word without a digit)
     for size in range(len(toks), 0, -1):  # longest runs first, non-overlapping
         for i in range(len(toks) - size + 1):
             idx = set(range(i, i + size))
@@ -130,7 +149,7 @@ def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str
                 covered |= idx
                 spans.append(m.span())
                 if _is_latin(run[-1]):
-                    latin_ends.append(m.end())
+                    latin_ends.append((m.end(), not re.search(r"\d", run[-1])))
     if not spans:
         return ProductMatch(name, 0.0, "none")
     span = (min(a for a, _ in spans), max(b for _, b in spans))
@@ -140,14 +159,16 @@ def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str
             return ProductMatch(name, FAMILY_SCORE, "family", span, got)
         return ProductMatch(name, CONFIRM_SCORE, "full", span, got)
     # Partial or brand only: a different model word right after ("Milk-V Mars") rules it out.
-    for end in latin_ends:
-        nxt = _next_word(q, end)
-        if nxt and nxt not in all_tokens:
+    # After a line word ("myCobot", "Pi") a number is a model too; after a code it is a count or a size.
+    for end, line_word in latin_ends:
+        nxt = _next_word(q, end, numbers=line_word)
+        # a word that begins a held code names that family ("ESP32" of "ESP32C3"), not another model
+        if nxt and nxt not in all_tokens and not (len(nxt) >= 3 and any(t.startswith(nxt) for t in all_tokens)):
             return ProductMatch(name, 0.0, "other-model", span, got)
     # A bare version ("V2") is no evidence of a product on its own.
     chars = sum(len(t) for t in got if t in required and not VERSION_TOKEN.fullmatch(t))
     if chars == 0:
-        return ProductMatch(name, BRAND_SCORE if brand in got else 0.0, "brand", span, got)
+        return ProductMatch(name, BRAND_SCORE if set(brand) & set(got) else 0.0, "brand", span, got)
     total = sum(len(t) for t in required)
     return ProductMatch(name, min(0.84, 0.65 + 0.2 * chars / max(1, total)), "partial", span, got)
 
@@ -182,3 +203,113 @@ def names_unknown_model(question: str, names: list[str]) -> bool:
         if len(names_words) >= 2 and len(words[-1]) <= 3 and not set(tokens(m.group(1))) & known:
             return True
     return False
+
+
+# A version the question writes: "V1.1", "v 2", "1.1 版" (the normalised text has ".0" dropped).
+QUESTION_VERSION = re.compile(r"(?<![a-z0-9])v\s?(\d+(?:\.\d+)*)|(?<![a-z0-9.])(\d+(?:\.\d+)?)\s*版")
+
+
+@dataclass
+class Resolution:
+    kind: str  # "confirm" | "ask" | "unknown-model" | "none" (the question names no product of the catalogue)
+    products: list[str] = field(default_factory=list)  # confirmed, or the candidates to ask between
+    held: list[str] = field(default_factory=list)  # unknown-model: what the catalogue holds of the line named
+    scores: dict[str, float] = field(default_factory=dict)
+    why: str = ""  # how it was decided, for the step's text
+
+
+@lru_cache(maxsize=8)
+def _alias_pattern(pairs: tuple[tuple[str, str], ...], tails: tuple[tuple[str, str, str], ...]):
+    lookup = {unicodedata.normalize("NFKC", a).lower(): target for a, target in pairs}
+    after = {tail: prefix for tail, _, prefix in tails}
+    for tail, target, _ in tails:  # a tail two lines share stands for both
+        lookup[tail] = f"{lookup[tail]} / {target}" if tail in lookup and target not in lookup[tail] else target
+    if not lookup:
+        return None, {}, {}
+    body = "|".join(re.escape(a) for a in sorted(lookup, key=len, reverse=True))
+    # not glued to the word before by a hyphen or a point: "ESP32-C3" is written out, not the tail "C3"
+    return re.compile(rf"(?<![a-z0-9\-_./])(?:{body})(?![a-z0-9])"), lookup, after
+
+
+def expand_aliases(question: str, names: list[str], aliases: ProductAliases | None = None) -> str:
+    """The question with every alias written as what it stands for ("领克 01" -> "Lynk & Co 01"),
+    in one pass, so a replacement is never read as an alias again. A code's tail written after the
+    code's beginning ("Duo 256M") is the name written out, and stays."""
+    aliases = aliases or ProductAliases()
+    pattern, lookup, after = _alias_pattern(tuple(aliases.expansions(names)), tuple(code_tails(names)))
+    text = unicodedata.normalize("NFKC", question)
+    if pattern is None:
+        return text
+    low = text.lower()
+
+    def replace(m: re.Match) -> str:
+        prefix = after.get(m.group(0))
+        if prefix and _SEPS.sub("", low[:m.start()]).endswith(prefix):
+            return m.group(0)
+        return f" {lookup[m.group(0)]} "
+    return pattern.sub(replace, low)
+
+
+def _code_tokens(name: str) -> tuple[str, ...]:
+    return tuple(tokens(parse_facets(name).code))
+
+
+def resolve(question: str, names: list[str], aliases: ProductAliases | None = None) -> Resolution:
+    q = expand_aliases(question, names, aliases)
+    matches = [m for m in rank_products(q, names) if m.kind != "nested"]
+    if not matches:
+        return Resolution("none")
+    versions = {version_key(a or b) for a, b in QUESTION_VERSION.findall(normalize(q))}
+    written = {m.name: set(m.covered) for m in matches}
+
+    def variants(name: str) -> set[str]:
+        return set(tokens(parse_facets(name).variant))
+
+    def code_hit(m: ProductMatch) -> bool:
+        code = _code_tokens(m.name)
+        return bool(code) and set(code) <= written[m.name]
+
+    def consistent(m: ProductMatch) -> bool:
+        """The question contradicts none of its facets: no other version, no sibling's variant."""
+        version = version_key(parse_facets(m.name).version)
+        if versions and version and version not in versions:
+            return False
+        siblings = [o for o in matches if o is not m and _code_tokens(o.name) == _code_tokens(m.name)]
+        theirs = set().union(*[variants(o.name) & written[o.name] for o in siblings])
+        return not (theirs - variants(m.name))
+
+    kept = [m for m in matches if m.kind != "other-model" and consistent(m)]
+    # a code inside a name written out in full is that product's ("Duo" of "Duo 256M"), no sibling's
+    full_words = set().union(*[set(_tokens(m.name)) for m in kept if m.kind == "full"])
+    selected = [m for m in kept if m.kind == "full"] + [
+        m for m in kept if m.kind != "full" and code_hit(m) and not set(_code_tokens(m.name)) <= full_words]
+    scores = {m.name: m.score for m in matches}
+    if selected:
+        def projection(m: ProductMatch) -> tuple:
+            version = version_key(parse_facets(m.name).version)
+            return (_code_tokens(m.name), version if version in versions else "",
+                    frozenset(variants(m.name) & written[m.name]))
+        chosen = [m.name for m in selected]
+        seen: dict[tuple, list[ProductMatch]] = {}
+        for m in selected:
+            seen.setdefault(projection(m), []).append(m)
+        # siblings the question cannot tell apart, one of them not written out in full ("EBB36" of two versions);
+        # two names the question writes out in full are both meant
+        if any(len(group) > 1 and any(m.kind != "full" for m in group) for group in seen.values()):
+            return Resolution("ask", chosen, scores={n: min(scores[n], FAMILY_SCORE) for n in chosen},
+                              why="问题没有写明版本或型号，同型号的几款都符合")
+        return Resolution("confirm", chosen, scores={**scores, **{n: CONFIRM_SCORE for n in chosen}},
+                          why="问题写明的型号" + ("和版本" if versions else "") + "只对应这些产品")
+    named_codes = [m for m in matches if code_hit(m)]  # a held code, but a version the catalogue lacks
+    if named_codes or any(m.kind == "other-model" for m in matches):
+        # the line named is the products whose name the question starts writing ("myCobot 320")
+        line = named_codes or [m for m in matches if m.kind == "other-model" and _tokens(m.name)[0] in m.covered]
+        return Resolution("unknown-model", held=sorted({m.name for m in line}), scores=scores,
+                          why="问题写的型号或版本不在知识库里")
+    candidates = sorted((m for m in kept if m.score >= CANDIDATE_THRESHOLD), key=lambda m: (-m.score, m.name))
+    if len(candidates) == 1:
+        return Resolution("confirm", [candidates[0].name], scores={candidates[0].name: CONFIRM_SCORE},
+                          why="知识库里只有这一款产品与问题相符")
+    if candidates:
+        return Resolution("ask", [m.name for m in candidates], scores=scores, why="问题只写了品牌或系列")
+    return Resolution("none", scores=scores)

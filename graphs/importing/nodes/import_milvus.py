@@ -14,6 +14,7 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import emit, graph_node
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.state import ImportGraphState
+from graphs.products import document_aliases
 from services.errors import MilvusError
 
 
@@ -68,6 +69,8 @@ def node_import_milvus(state: ImportGraphState, config: RunnableConfig) -> dict:
         registry.abort(state["doc_id"])
         raise
     registry.commit(state["doc_id"], {"chunk_ids": ids})
+    # what the document writes beside its product's name ("Sipeed（矽速）", "简称 LC4A") names it too
+    registry.add_document_aliases(name, document_aliases(name, "\n".join(c["content"] for c in state["chunks"])))
     chunks = [{**c, "chunk_id": i} for c, i in zip(state["chunks"], ids)]
     return {"chunks": chunks, "chunk_ids": ids, "original_key": original,
             "_summary": f"写入 {len(ids)} 个切片，商品名“{name}”"}

@@ -14,8 +14,11 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.query.calibration import EVIDENCE_MARGIN, EVIDENCE_THRESHOLD
 from graphs.query.configuration import QueryConfiguration
+from graphs.products import ProductAliases
 from graphs.query.planning import compared_versions
-from graphs.query.product_match import CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, names_unknown_model, rank_products
+from graphs.query.product_match import (
+    CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, Resolution, names_unknown_model, rank_products, resolve,
+)
 from graphs.query.retrieval import search_chunks
 from graphs.query.state import QueryGraphState
 from services.chat_model import invoke_text, parse_json_reply
@@ -93,8 +96,28 @@ def history_products(history: list[dict]) -> list[str]:
     return []
 
 
-def decide(cfg: QueryConfiguration, query: str, products: list[str], history: list[dict], pinned: str) -> dict:
-    """{branch, products, candidates, rewritten_query, method, scores}"""
+def product_aliases(cfg: QueryConfiguration) -> ProductAliases:
+    """The catalogue's aliases; without them (the registry down) names and short forms still match."""
+    try:
+        return ProductAliases(cfg.registry.aliases())
+    except Exception as exc:
+        log.warning("aliases unavailable: %s", exc)
+        return ProductAliases()
+
+
+def read_products(query: str, names: list[str], products: list[str], aliases: ProductAliases) -> Resolution:
+    """The question's own words decide; the model's extracted names only when they name nothing."""
+    for text in [query, *names]:
+        found = resolve(text, products, aliases)
+        if found.kind != "none":
+            return found
+    return Resolution("none")
+
+
+def decide(cfg: QueryConfiguration, query: str, products: list[str], history: list[dict], pinned: str,
+           aliases: ProductAliases | None = None) -> dict:
+    """{branch, products, candidates, held, rewritten_query, method, scores, why}"""
+    aliases = aliases or ProductAliases()
     if pinned:
         name = pinned if pinned in products else next(
             (m.name for m in rank_products(pinned, products) if m.kind == "full"), "")
@@ -103,28 +126,27 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
                     "method": "pinned", "scores": {name: 1.0}}
     extracted = extract_with_llm(cfg, query, history)
     names, rewritten = extracted if extracted else ([], query)
-    scores: dict[str, float] = {}
-    other_model = False  # "Milk-V Mars" when only Duo boards are known: another product, not ours
-    brand_only: set[str] = set()
-    for text in [query, *names]:  # the question itself, and every name the model extracted
-        for m in rank_products(text, products):
-            scores[m.name] = max(scores.get(m.name, 0.0), m.score)
-            other_model |= m.kind == "other-model"
-            if m.kind == "brand":
-                brand_only.add(m.name)
-    if other_model:  # "Milk-V Mars Pro": the brand's other models are no candidates for it
-        scores = {n: s for n, s in scores.items() if n not in brand_only}
-    other_model |= not scores and names_unknown_model(query, products)
-    for name, score in vector_scores(cfg, names).items():
-        scores[name] = max(scores.get(name, 0.0), score)
+    method = "llm+lexical" if extracted else "lexical"
+    found = read_products(query, names, products, aliases)
+    if found.kind == "confirm":
+        return {"branch": "confirmed", "products": found.products, "candidates": [], "rewritten_query": rewritten,
+                "method": method, "scores": found.scores, "why": found.why}
+    if found.kind == "ask":
+        return {"branch": "ask", "products": [], "candidates": found.products[:MAX_CANDIDATES],
+                "rewritten_query": rewritten, "method": method, "scores": found.scores, "why": found.why}
+    if found.kind == "unknown-model":
+        return {"branch": "refuse", "products": [], "candidates": [], "held": found.held,
+                "rewritten_query": rewritten, "method": method, "scores": found.scores, "why": found.why}
+    # Nothing named lexically: the names' vectors, then the conversation, then the chunks decide.
+    other_model = names_unknown_model(query, products)
+    scores = {} if other_model else vector_scores(cfg, names)
     confirmed = [n for n, s in scores.items() if s > CONFIRM_THRESHOLD]
     candidates = sorted((n for n, s in scores.items() if CANDIDATE_THRESHOLD <= s <= CONFIRM_THRESHOLD),
                         key=lambda n: -scores[n])[:MAX_CANDIDATES]
-    method = "llm+lexical" if extracted else "lexical"
     confirmed = confirmed or compared_versions(query, candidates)
-    if confirmed:
-        return {"branch": "confirmed", "products": confirmed, "candidates": [], "rewritten_query": rewritten,
-                "method": method, "scores": scores}
+    if confirmed or len(candidates) == 1:  # one consistent product is that product, never one button
+        return {"branch": "confirmed", "products": confirmed or candidates, "candidates": [],
+                "rewritten_query": rewritten, "method": method, "scores": scores}
     if candidates:
         return {"branch": "ask", "products": [], "candidates": candidates, "rewritten_query": rewritten,
                 "method": method, "scores": scores}
@@ -136,12 +158,12 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
                     "rewritten_query": rewritten if extracted else f"{' '.join(previous)} {query}",
                     "method": "history", "scores": {n: 1.0 for n in previous}}
         # ...otherwise the chunks themselves say which product it is about.
-        found, evidence = evidence_products(cfg, rewritten)
-        if len(found) == 1:
-            return {"branch": "confirmed", "products": found, "candidates": [], "rewritten_query": rewritten,
+        found_in, evidence = evidence_products(cfg, rewritten)
+        if len(found_in) == 1:
+            return {"branch": "confirmed", "products": found_in, "candidates": [], "rewritten_query": rewritten,
                     "method": "evidence", "scores": {e["product"]: e["score"] for e in evidence}}
-        if found:
-            return {"branch": "ask", "products": [], "candidates": found[:MAX_CANDIDATES],
+        if found_in:
+            return {"branch": "ask", "products": [], "candidates": found_in[:MAX_CANDIDATES],
                     "rewritten_query": rewritten, "method": "evidence",
                     "scores": {e["product"]: e["score"] for e in evidence}}
     return {"branch": "refuse", "products": [], "candidates": [], "rewritten_query": rewritten,
@@ -153,7 +175,10 @@ def clarification(candidates: list[str]) -> str:
     return f"您问的是哪一款产品呢？知识库里有这几款相近的产品：{options}。请点击下面的按钮选择，或直接告诉我产品型号。"
 
 
-def refusal(products: list[str]) -> str:
+def refusal(products: list[str], held: list[str] | None = None) -> str:
+    if held:
+        return (f"抱歉，知识库里没有您问的这个型号的资料。同一系列目前收录的是：{'、'.join(held)}。"
+                "如果您问的是其中一款，请写明型号和版本。")
     if not products:
         return "抱歉，知识库里还没有任何说明书。请先上传产品的 PDF 或 Markdown 说明书，再来提问。"
     shown = "、".join(products[:12]) + ("等" if len(products) > 12 else "")
@@ -165,7 +190,8 @@ def node_product_confirm(state: QueryGraphState, config: RunnableConfig) -> dict
     cfg = QueryConfiguration.from_runnable_config(config)
     products = cfg.vector_store.product_names()
     query = state["original_query"]
-    d = decide(cfg, query, products, state.get("history") or [], (state.get("pinned_product") or "").strip())
+    d = decide(cfg, query, products, state.get("history") or [], (state.get("pinned_product") or "").strip(),
+               product_aliases(cfg))
     out = {
         "branch": d["branch"], "rewritten_query": d["rewritten_query"], "products": d["products"],
         "decision": {"method": d["method"], "scores": {k: round(v, 4) for k, v in d["scores"].items()}},
@@ -174,10 +200,13 @@ def node_product_confirm(state: QueryGraphState, config: RunnableConfig) -> dict
         out.update(candidates=d["candidates"], answer=clarification(d["candidates"]))
         out["_summary"] = f"需要确认产品：{'、'.join(d['candidates'])}"
     elif d["branch"] == "refuse":
-        out.update(candidates=products, answer=refusal(products))
-        out["_summary"] = "没有找到相关产品"
+        held = d.get("held") or []
+        # a model not held is refused outright: its family's buttons would offer another product for it
+        out.update(candidates=[] if held else products, answer=refusal(products, held))
+        out["_summary"] = f"知识库里没有这个型号（收录的是：{'、'.join(held)}）" if held else "没有找到相关产品"
     else:
         out.update(candidates=[], answer="")
-        out["_summary"] = f"已确认：{'、'.join(d['products'])}；检索问题：{d['rewritten_query']}"
+        why = f"（{d['why']}）" if d.get("why") else ""
+        out["_summary"] = f"已确认：{'、'.join(d['products'])}{why}；检索问题：{d['rewritten_query']}"
     out["_detail"] = {"branch": d["branch"], **out["decision"], "candidates": out["candidates"]}
     return out

@@ -1,0 +1,145 @@
+"""Products by facets and aliases, on a made-up vendor unlike the sample corpora: Zorvex (佐维) makes
+two versions of one CAN board, a bigger board, a tablet line and a car; confirmation reads what the
+question names, however it is written."""
+from __future__ import annotations
+
+import pytest
+
+from api_fixtures import api_client, api_server, wait_task  # noqa: F401 (fixtures)
+from graphs.products import ProductAliases, document_aliases, parse_facets, short_forms
+from graphs.query.configuration import QueryConfiguration
+from graphs.query.nodes.product_confirm import decide, refusal
+
+CATALOGUE = ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1", "Zorvex KX-12", "Zorvex Nimbus Tab 7",
+             "Zorvex Nimbus Tab 7 Pro", "Quorra & Vale 03"]
+ALIASES = ProductAliases({
+    "Zorvex KX-12": [{"alias": "佐维", "of": "brand", "source": "document"}],
+    "Zorvex Nimbus Tab 7 Pro": [{"alias": "NTP7", "of": "product", "source": "user", "by": "alice"}],
+    "Quorra & Vale 03": [{"alias": "奎维", "of": "brand", "source": "user"}],
+})
+
+
+def ask(question: str) -> dict:
+    return decide(QueryConfiguration(), question, CATALOGUE, [], "", ALIASES)
+
+
+def test_a_name_splits_into_brand_model_variant_and_version():
+    assert parse_facets("Zorvex KX-9 CAN V1.1").as_dict() == {"brand": "Zorvex", "model": "KX-9", "variant": "CAN",
+                                                              "version": "V1.1"}
+    assert parse_facets("Quorra & Vale 03").as_dict() == {"brand": "Quorra & Vale", "model": "03", "variant": "",
+                                                          "version": ""}
+    assert parse_facets("Zorvex Nimbus Tab 7 Pro").as_dict() == {"brand": "Zorvex", "model": "Nimbus Tab 7",
+                                                                 "variant": "Pro", "version": ""}
+    # a lower-case first word is a product line, not its maker
+    assert parse_facets("kraftBot 90 Air").as_dict() == {"brand": "", "model": "kraftBot 90", "variant": "Air",
+                                                         "version": ""}
+    assert "NT7" in short_forms("Zorvex Nimbus Tab 7") and short_forms("kraftBot 90 Air") == []
+
+
+def test_a_document_names_its_product_and_brand_beside_them():
+    text = ("佐维（Zorvex）出品的 Nimbus Tab 7（以下简称“NTab7”）是一款平板。本页用 Python 写示例。\n"
+            "Zorvex（佐维科技）的售后电话见背面。是为（Zorvex）")
+    found = document_aliases("Zorvex Nimbus Tab 7", text)
+    assert {a["alias"]: a["of"] for a in found} == {"NTab7": "product", "佐维科技": "brand", "佐维": "brand"}
+    assert document_aliases("Zorvex Nimbus Tab 7", "Python 示例与 Linux 命令。") == []
+    # a bracket after the name holds a chip, a version or a variant as often: no alias without "简称"
+    assert document_aliases("Zorvex Nimbus Tab 7", "Nimbus Tab 7（ZV9000）与 Nimbus Tab 7（V2）（Pro）") == []
+
+
+def test_model_and_version_confirm_however_written():
+    for question in ("KX-9 V1.1 的主控是什么？", "kx9 can 1.1 版用的是哪颗主控", "Zorvex KX9 v1.1 主频多少"):
+        d = ask(question)
+        assert (d["branch"], d["products"]) == ("confirmed", ["Zorvex KX-9 CAN V1.1"]), question
+    # a short form the name's own words give, and one a person added
+    assert ask("NT7 的屏幕多大？")["products"] == ["Zorvex Nimbus Tab 7"]
+    assert ask("NTP7 的屏幕多大？")["products"] == ["Zorvex Nimbus Tab 7 Pro"]
+
+
+def test_candidates_are_only_what_the_question_is_consistent_with():
+    d = ask("KX-9 的 CAN 接口怎么接线？")
+    assert d["branch"] == "ask" and sorted(d["candidates"]) == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
+    assert "Zorvex KX-12" not in d["candidates"]  # a KX-9 question never offers the KX-12
+
+
+def test_one_consistent_product_is_confirmed_and_the_step_says_so():
+    d = ask("奎维的车胎压多少？")  # the brand's only product
+    assert (d["branch"], d["products"], d["candidates"]) == ("confirmed", ["Quorra & Vale 03"], [])
+    assert "只有这一款" in d["why"]
+
+
+def test_a_model_not_held_is_refused_naming_what_the_family_holds():
+    d = ask("Zorvex KX-15 的主控是什么？")
+    assert d["branch"] == "refuse" and d["candidates"] == [] and d["products"] == []
+    assert "Zorvex KX-12" in d["held"] and "Zorvex KX-12" in refusal(CATALOGUE, d["held"])
+    assert ask("奎维 05 的胎压多少？")["held"] == ["Quorra & Vale 03"]  # a Chinese brand, a model not held
+    version = ask("KX-9 V2.0 的主控")  # a held model in a version not held
+    assert version["branch"] == "refuse" and version["held"] == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
+
+
+def test_a_brand_without_a_model_asks_among_its_products():
+    d = ask("佐维的这款平板支持手写笔吗？")
+    assert d["branch"] == "ask" and len(d["candidates"]) > 1
+    assert all(c.startswith("Zorvex") for c in d["candidates"])
+
+
+def test_a_comparison_of_two_resolvable_products_confirms_both():
+    d = ask("KX-9 V1.0 和 V1.1 的主控有什么区别？")
+    assert d["branch"] == "confirmed" and sorted(d["products"]) == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
+    pair = ask("Nimbus Tab 7 Pro 和 KX-12 哪个更省电？")
+    assert sorted(pair["products"]) == ["Zorvex KX-12", "Zorvex Nimbus Tab 7 Pro"]
+
+
+MANUAL = ("# Zorvex KX-9 CAN V1.1 使用手册\n\n佐维（Zorvex）出品。KX-9 CAN V1.1（以下简称“KX9C”）是一块 CAN 扩展板。\n\n"
+          "## 主控\n\n主控为 ZV32F4，主频 168MHz。示例代码用 Python 编写。\n")
+
+
+def test_aliases_over_the_api_stick_through_a_reindex(api_server, env, tmp_path):
+    env(DATA_DIR=str(tmp_path / "data"))
+    manual = tmp_path / "kx9.md"
+    manual.write_text(MANUAL, encoding="utf-8")
+    with api_client(api_server.base_url, "alice") as alice, api_client(api_server.base_url, "rita") as rita:
+        upload = alice.post("/api/upload", files=[("files", (manual.name, manual.read_bytes(), "text/markdown"))])
+        assert wait_task(alice, upload.json()["task_ids"][0])["status"] == "completed"
+        (product,) = alice.get("/api/products").json()
+        name = product["product"]
+        assert (product["brand"], product["model"], product["version"]) == ("Zorvex", "KX-9", "V1.1")
+        # what the document writes beside the name and the brand
+        assert {a["alias"]: (a["of"], a["source"]) for a in product["aliases"]} == {
+            "KX9C": ("product", "document"), "佐维": ("brand", "document")}
+        refused = rita.patch(f"/api/products/{name}", json={"aliases": ["小九"]})
+        assert refused.status_code == 403
+        changed = alice.patch(f"/api/products/{name}", json={"aliases": ["佐维", "小九"]})
+        assert changed.status_code == 200, changed.text
+        assert {a["alias"]: a["source"] for a in changed.json()["aliases"]} == {"佐维": "document", "小九": "user"}
+        assert alice.patch("/api/products/nope", json={"aliases": ["x"]}).status_code == 404
+        blank = alice.patch(f"/api/products/{name}", json={"aliases": [" "]})
+        assert blank.status_code == 400 and "别名" in blank.json()["error"]
+        assert alice.patch(f"/api/products/{name}", json={}).status_code == 422
+        reindex = alice.post("/api/reindex")
+        assert wait_task(alice, reindex.json()["task_id"])["status"] == "completed"
+        (after,) = alice.get("/api/products").json()
+        # the person's list stands: their alias stays, the one they removed does not come back
+        assert {a["alias"]: a["source"] for a in after["aliases"]} == {"佐维": "document", "小九": "user"}
+        renamed = alice.patch(f"/api/products/{name}", json={"new_name": "Zorvex KX-9 CAN 1.1"})
+        assert {a["alias"] for a in renamed.json()["aliases"]} == {"佐维", "小九"}
+        answer = alice.post("/api/query", json={"query": "小九的主控是什么？"})  # a person's alias names it
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert (body["branch"], body["products"]) == ("confirmed", ["Zorvex KX-9 CAN 1.1"])
+
+
+@pytest.mark.parametrize("question", ["佐维 KX-9 CAN V1.0 的主控"])
+def test_a_chinese_brand_with_the_model_confirms(question):
+    assert ask(question)["products"] == ["Zorvex KX-9 CAN V1.0"]
+
+
+def test_siblings_told_apart_by_the_end_of_their_code():
+    """Codes sharing a long beginning: the rest alone names one, the beginning alone names the family."""
+    catalogue = ["Zorvex ZQ7A3", "Zorvex ZQ7B5", "Zorvex ZQ7B5 Max"]
+    pick = lambda q: decide(QueryConfiguration(), q, catalogue, [], "", ProductAliases())  # noqa: E731
+    assert pick("小号的 B5 续航多久？")["products"] == ["Zorvex ZQ7B5"]
+    assert pick("ZQ7-A3 的续航多久？")["products"] == ["Zorvex ZQ7A3"]  # written out, hyphenated
+    family = pick("Zorvex ZQ7 的续航多久？")
+    assert family["branch"] == "ask" and len(family["candidates"]) == 3
+    assert pick("Zorvex ZQ9 的续航多久？")["branch"] == "refuse"
+    assert pick("Zorvex 36 的续航多久？")["branch"] == "refuse"  # a number after the brand is another model
