@@ -95,6 +95,7 @@ class Settings:
     api_auth: bool = True
     api_keys: str = ""
     cors_origins: tuple[str, ...] = ()
+    forwarded_allow_ips: str = ""   # proxies whose X-Forwarded-For / -Proto are believed; none by default
     auth_users: str = ""
     admin_password: str = ""
     login_max_failures: int = 5
@@ -177,6 +178,7 @@ def load_settings() -> Settings:
         api_auth=_env("API_AUTH", "on").lower() not in {"off", "0", "false", "no"},
         api_keys=_env("API_KEYS"),
         cors_origins=_list("CORS_ORIGINS"),
+        forwarded_allow_ips=",".join(_list("FORWARDED_ALLOW_IPS")),
         auth_users=_env("AUTH_USERS"),
         admin_password=_env("ADMIN_PASSWORD"),
         login_max_failures=_int("LOGIN_MAX_FAILURES", 5),

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -75,9 +76,9 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=STOP_TIMEOUT_S)
 
 
-@pytest.fixture(scope="session")
-def running_app(tmp_path_factory) -> Iterator[RunningApp]:
-    base = tmp_path_factory.mktemp("app")
+@contextmanager
+def serve_app(base: Path, preload=(), **extra_env: str) -> Iterator[RunningApp]:
+    """`chainlit run app.py` on a free port with a data dir under `base`, after importing `preload`."""
     data_dir, app_root, log_path = base / "data", base / "root", base / "app.log"
     app_root.mkdir()
     for name in (".chainlit", "public", "chainlit.md"):
@@ -85,14 +86,16 @@ def running_app(tmp_path_factory) -> Iterator[RunningApp]:
     # offline like the rest of the suite (conftest cleared the keys); the admin logs in with ADMIN_PASSWORD
     env = {**os.environ, "DATA_DIR": str(data_dir), "AUTH_USERS": "", "ADMIN_PASSWORD": ADMIN_PASSWORD,
            "CHAINLIT_AUTH_SECRET": "",
-           "CHAINLIT_APP_ROOT": str(app_root), "PYTHONUNBUFFERED": "1"}
+           "CHAINLIT_APP_ROOT": str(app_root), "PYTHONUNBUFFERED": "1", **extra_env}
     # `chainlit run` reads CI=true (set by CI) as its own CI mode, which plants a fake OPENAI_API_KEY.
     env.pop("CI", None)
-    done = subprocess.run([sys.executable, "-m", "graphs.importing", *map(str, PRELOADED), "--json"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
-    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    products = {Path(r["file"]).stem: r["item_name"] for r in results}
+    products: dict[str, str] = {}
+    if preload:
+        done = subprocess.run([sys.executable, "-m", "graphs.importing", *map(str, preload), "--json"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
+        assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+        results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        products = {Path(r["file"]).stem: r["item_name"] for r in results}
     port = free_port()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(
@@ -105,3 +108,9 @@ def running_app(tmp_path_factory) -> Iterator[RunningApp]:
         yield RunningApp(url=url, data_dir=data_dir, log_path=log_path, products=products)
     finally:
         stop(proc)
+
+
+@pytest.fixture(scope="session")
+def running_app(tmp_path_factory) -> Iterator[RunningApp]:
+    with serve_app(tmp_path_factory.mktemp("app"), PRELOADED) as running:
+        yield running

@@ -97,6 +97,13 @@ def safe_filename(raw: str | None) -> str:
     return f"{stem}.{suffix}" if suffix else stem
 
 
+def display_filename(raw: str | None, safe: str) -> str:
+    """The name the user gave a file, as it is shown: no NUL, control or bidi characters (a
+    right-to-left override makes one name look like another); `safe` when nothing else is left."""
+    shown = " ".join("".join(ch for ch in (raw or "") if unicodedata.category(ch)[0] != "C").split())
+    return shown or safe
+
+
 @dataclass(frozen=True)
 class StagedFile:
     """An uploaded file kept for import. Its identity is its name and content: the same file uploaded
@@ -166,7 +173,7 @@ def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) 
                 validate_file(target, settings.max_upload_mb)
             except ImportProcessError as exc:
                 raise UploadRejected(400, exc.message) from exc
-            received.append((task_id, (raw_name or name).strip() or name, target, digest.hexdigest(),
+            received.append((task_id, display_filename(raw_name, name), target, digest.hexdigest(),
                              client_folders(raw_name)))
         store = get_object_store(settings)
         staged = []
