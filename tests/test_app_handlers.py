@@ -792,6 +792,30 @@ async def test_resumed_thread_answers_a_follow_up_with_it(product_of):
     assert f"已确认：{product_of['duos']}" in confirm and "判定方式：`history`" in confirm
 
 
+async def test_a_chat_opened_with_another_users_session_id_gets_a_new_conversation(own_data):
+    history = get_history_store()
+    taken = uuid.uuid4().hex  # alice's API session, named by a browser as the thread to open
+    assert history.claim(taken, "alice")
+    history.add_message(taken, "user", "Alice 的问题")
+    history.add_message(taken, "assistant", "Alice 的回答")
+    before = history.recent(taken, 10)
+    bob = Session(thread_id=taken, user="bob")
+    await bob.start()
+    fresh = bob.session.thread_id
+    assert fresh != taken and len(fresh) == 36 and bob.session.thread_id_to_resume is None
+    await bob.send("这个产品怎么用？")
+    assert bob.replies(), "bob got no answer"
+    assert history.recent(taken, 10) == before  # nothing read into or added to alice's conversation
+    assert [m["text"] for m in history.recent(fresh, 10)][0] == "这个产品怎么用？"
+    assert history.owner(fresh) == "bob" and history.owner(taken) == "alice"
+    resumed = Session(thread_id=taken, user="bob")  # the same through a resume
+    await resumed.run(config.code.on_chat_resume, {"id": taken, "name": "x", "steps": [], "metadata": {}})
+    assert resumed.session.thread_id not in (taken, fresh)
+    alice = Session(thread_id=taken, user="alice")  # its owner keeps it
+    await alice.start()
+    assert alice.session.thread_id == taken
+
+
 def test_upload_settings_take_manuals_only_up_to_the_cap():
     """Chainlit checks uploads against .chainlit/config.toml before a handler sees them."""
     from chainlit.server import validate_file_upload
