@@ -12,6 +12,7 @@ import pytest
 
 from api_fixtures import api, api_client, api_server, model, read_sse, wait_task  # noqa: F401 (fixtures)
 from api import sse
+from conftest import auth_header
 from services.history_store import get_history_store
 from services.task_store import get_task_store
 
@@ -76,6 +77,19 @@ def test_an_upload_records_who_made_it(api, env, tmp_path):
     assert reply.status_code == 200, reply.text
     status = wait_task(api, reply.json()["task_ids"][0])
     assert status["by"] == "tester" and get_task_store().get(status["task_id"])["by"] == "tester"
+
+
+def test_an_import_task_s_status_is_for_its_uploader_and_admins(api_server, env, tmp_path):
+    env(DATA_DIR=str(tmp_path / "data"))
+    with api_client(api_server.base_url, "alice") as alice, api_client(api_server.base_url, "bob") as bob:
+        reply = alice.post("/api/upload", files=[("files", ("alice-only.md", "# 私有\n\n正文。".encode(), "text/markdown"))])
+        task_id = reply.json()["task_ids"][0]
+        assert wait_task(alice, task_id)["by"] == "alice"
+        stranger = bob.get(f"/api/status/{task_id}")
+        assert stranger.status_code == 404 and stranger.json()["error"] == f"导入任务不存在：{task_id}"
+        assert "alice" not in stranger.text and bob.get("/api/status/never-was").json()["error"] == "导入任务不存在：never-was"
+        root = bob.get(f"/api/status/{task_id}", headers=auth_header("root"))  # an admin sees every task
+        assert root.status_code == 200 and root.json()["file_name"] == "alice-only.md"
 
 
 def _chat_token(name: str, role: str, secret: str, exp_s: float = 3600) -> str:
