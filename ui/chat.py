@@ -212,7 +212,7 @@ async def answer(question: str, product: str | None = None) -> None:
     """Run the query graph for one question of this session, showing it as it runs."""
     settings = chat_settings()
     view = AnswerView(bool(settings["show_sources"]))
-    async for event in astream_query(question, session_id=session_id(), product=product,
+    async for event in astream_query(question, session_id=session_id(), product=product, owner=chat_user().name,
                                      options={"web_search": bool(settings["web_search"]),
                                               "hyde": bool(settings["hyde"])}):
         await view.on_event(event)
