@@ -28,7 +28,7 @@ import app
 import chainlit as cl
 import services.pdf_parser as pdf_parser
 from bench.cluster import free_port
-from conftest import CORPUS_DOCS
+from conftest import CORPUS_DOCS, auth_header
 from fakes.mineru_server import FakeMinerU
 from graphs.importing import MAX_FILES, stop_in_app_workers
 from graphs.importing.runner import run_import
@@ -232,12 +232,13 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
     assert len({c["label"] for c in chips}) == len(chips)  # no two read alike
     assert reply["metadata"]["sources"] == [c["payload"] for c in chips]  # kept for a resumed thread
 
-    # the pictures load from the app's own image route, inserted before Chainlit's catch-all
+    # the pictures load from the app's own image route, inserted before Chainlit's catch-all, for signed-in users
     transport = httpx.ASGITransport(app=app.chainlit_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://app", headers=auth_header()) as client:
         for image in images:
             res = await client.get(image["url"])
             assert res.status_code == 200 and res.headers["content-type"].startswith("image/"), image["url"]
+            assert (await client.get(image["url"], headers={"Authorization": ""})).status_code == 401
         assert (await client.get("/kb-files/upload-images/no-such-doc/none.png")).status_code == 404
 
 
