@@ -144,14 +144,14 @@ def test_a_wrong_password_takes_as_long_for_a_known_name_as_for_an_unknown_one(e
     names = ("kate", "admin", "nobody-here")
     took: dict[str, list[float]] = {n: [] for n in names}
     password_identity(settings, "warm-up", "x")
-    for _ in range(9):  # interleaved, so load on the machine falls on every name alike
-        for name in names:
+    for round_ in range(11):  # interleaved, in turns, so load on the machine falls on every name alike
+        for name in names[round_ % 3:] + names[:round_ % 3]:
             started = time.perf_counter()
             assert password_identity(settings, name, "wrong") is None
             took[name].append(time.perf_counter() - started)
     medians = {n: statistics.median(t) for n, t in took.items()}
     unknown = medians["nobody-here"]
     assert unknown > 0.005, medians  # a real key derivation ran
-    for name in ("kate", "admin"):
-        assert abs(medians[name] - unknown) < 0.25 * unknown, medians
+    for name in ("kate", "admin"):  # a path without the key derivation would be ~100% faster
+        assert abs(medians[name] - unknown) < 0.5 * unknown, medians
     assert password_identity(settings, "kate", "kpass").name == "kate"
