@@ -36,10 +36,11 @@ def session_id() -> str:
     return cl.user_session.get("session_id") or context.session.thread_id
 
 
-async def bind_conversation() -> str:
+async def bind_conversation() -> None:
     """Make this chat session's thread id the user's conversation before anything is written under
     it: the first use claims it; an id someone else owns (a thread id the browser chose, naming
-    another user's API session) gets a fresh conversation instead, with a new unguessable id."""
+    another user's API session) gets a fresh conversation instead, with a new unguessable id (the
+    first question claims that one)."""
     session, user = context.session, chat_user().name
     thread_id = session.thread_id
     try:
@@ -50,12 +51,7 @@ async def bind_conversation() -> str:
     if not owned:
         log.warning("conversation %s is not %r's: a new conversation is started", thread_id, user)
         session.thread_id, session.thread_id_to_resume = str(uuid.uuid4()), None
-        try:
-            await asyncio.to_thread(get_history_store().claim, session.thread_id, user)
-        except StorageError:
-            pass  # the answer says itself that history is unavailable
     cl.user_session.set("session_id", session.thread_id)
-    return session.thread_id
 
 
 def available() -> dict[str, bool]:
