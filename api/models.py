@@ -26,14 +26,14 @@ class TaskStatus(BaseModel):
     task_id: str
     status: Literal["pending", "processing", "completed", "failed"]
     file_name: str = ""
-    product: str | None = None
+    requested_product: str | None = Field(None, description="导入时指定的产品")
     by: str = Field("", description="发起导入的用户")
     done_list: list[str] = Field(default_factory=list, description="已完成的节点")
     running_list: list[str] = Field(default_factory=list, description="正在运行的节点")
     error: str | None = Field(None, description="失败原因；pending 时是等待重试的原因")
     progress: str | None = Field(None, description="长任务（重建索引）的进度")
     attempts: int = Field(0, description="已开始的次数：暂时性故障或处理进程意外退出后会重试")
-    item_name: str | None = None
+    product: str | None = None
     chunks: int | None = None
     created: float | None = None
     updated: float | None = None
@@ -60,7 +60,7 @@ class Source(BaseModel):
     chunk_id: str = ""
     title: str = ""
     file_title: str = ""
-    item_name: str = ""
+    product: str = ""
     url: str = ""
     score: float = 0.0
     content: str = ""
@@ -73,7 +73,7 @@ class Answer(BaseModel):
     original_query: str = ""
     answer: str
     branch: str | None = Field(None, description="confirmed：已确认产品；ask：需要选择产品；refuse：知识库无相关产品")
-    item_names: list[str] = Field(default_factory=list)
+    products: list[str] = Field(default_factory=list)
     candidates: list[str] = Field(default_factory=list)
     image_urls: list[str] = Field(default_factory=list, description="只来自本地说明书资料中的图片")
     sources: list[Source] = Field(default_factory=list)
@@ -91,7 +91,7 @@ class HistoryMessage(BaseModel):
     role: str
     text: str
     rewritten_query: str = ""
-    item_names: list[str] = Field(default_factory=list)
+    products: list[str] = Field(default_factory=list)
     image_urls: list[str] = Field(default_factory=list)
     status: str = "complete"
     ts: float

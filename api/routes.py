@@ -85,7 +85,7 @@ def task_status(task_id: Annotated[str, Path(max_length=64)], user: User):
     if task is None or (task.get("by") != user.name and user.role != "admin"):
         raise HTTPException(404, f"导入任务不存在：{task_id}")
     result = task.get("result") or {}
-    return {**task, "error": task.get("error") or None, "item_name": result.get("item_name"),
+    return {**task, "error": task.get("error") or None, "product": result.get("product"),
             "chunks": result.get("chunks")}
 
 

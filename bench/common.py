@@ -26,7 +26,7 @@ from graphs.query.runner import initial_state
 from services.embeddings import get_embedder
 from services.reranker import get_reranker
 from services.settings import get_settings, reload_settings
-from services.vector_store import ANALYZER, VectorStore, get_vector_store
+from services.vector_store import ANALYZER, VectorStore, as_stored, get_vector_store, stored
 
 ROOT = Path(__file__).resolve().parent.parent
 QA_FILE = ROOT / "bench" / "data" / "qa_corpus.jsonl"
@@ -40,8 +40,8 @@ RETRIEVAL_OPTIONS = {"web_search": False, "hyde": False}
 ANSWER_NODE = "node_answer_output"
 # Storage servers are left out so a benchmark never writes into a real knowledge base.
 STORAGE_SERVER_VARS = ("MILVUS_URL", "MONGO_URL", "MINIO_ENDPOINT")
-COLLECTION_VARS = ("CHUNKS_COLLECTION", "ITEM_NAME_COLLECTION")
-EXTRA_FIELDS = ["chunk_id", "content", "title", "file_title", "item_name"]
+COLLECTION_VARS = ("CHUNKS_COLLECTION", "PRODUCT_COLLECTION")
+EXTRA_FIELDS = ["chunk_id", "content", "title", "file_title", "product"]
 INSERT_BATCH = 2000
 CJK_FONTS = ["Noto Sans CJK SC", "Noto Sans CJK JP", "WenQuanYi Micro Hei", "SimHei", "Microsoft YaHei",
              "PingFang SC", "DejaVu Sans"]
@@ -71,7 +71,7 @@ def isolated_data_dir(path: str | Path | None = None, keep: bool = False, milvus
     if milvus_url:
         tag = re.sub(r"\W", "_", folder.name)
         os.environ.update(MILVUS_URL=milvus_url, CHUNKS_COLLECTION=f"bench_{tag}_chunks",
-                          ITEM_NAME_COLLECTION=f"bench_{tag}_items")
+                          PRODUCT_COLLECTION=f"bench_{tag}_items")
     reload_settings()
     try:
         yield folder
@@ -146,7 +146,7 @@ def import_docs(files: list[Path], log=print, roots: list[str | Path] | None = N
     results = []
     for root, group in groups:
         for result in (import_set(group, root=root) if root else [run_import(group[0])]):
-            log(f"  导入 {Path(result.file).name}：{result.status}，产品“{result.item_name}”，{result.chunks} 个切片，"
+            log(f"  导入 {Path(result.file).name}：{result.status}，产品“{result.product}”，{result.chunks} 个切片，"
                 f"{result.seconds:.2f} 秒")
             results.append(result)
     failed = [f"{Path(r.file).name}（{r.failed_node or '未知节点'}：{r.error}）" for r in results
@@ -237,7 +237,7 @@ def create_chunk_collection(store: VectorStore, name: str) -> None:
                      analyzer_params=ANALYZER if bm25 else None)
     schema.add_field("title", DataType.VARCHAR, max_length=2048)
     schema.add_field("file_title", DataType.VARCHAR, max_length=1024)
-    schema.add_field("item_name", DataType.VARCHAR, max_length=1024)
+    schema.add_field(stored(["product"])[0], DataType.VARCHAR, max_length=1024)
     schema.add_field("dense", DataType.FLOAT_VECTOR, dim=embedder.dim)
     schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     if bm25:
@@ -258,11 +258,11 @@ def fill_chunk_collection(store: VectorStore, name: str, rows: list[dict], embed
         vectors.extend(store.embedder.embed(embed_texts[i:i + batch]))
     data = []
     for row, vec in zip(rows, vectors):
-        item = {k: row[k] for k in ("content", "title", "file_title", "item_name")}
+        item = {k: row[k] for k in ("content", "title", "file_title", "product")}
         item["dense"] = vec["dense"]
         if store.embedder.sparse_mode == "model":
             item["sparse"] = vec["sparse"]
-        data.append(item)
+        data.append(as_stored(item))
     for i in range(0, len(data), INSERT_BATCH):
         store.client.insert(name, data[i:i + INSERT_BATCH])
     store.client.flush(name)  # as every import does: searches see sealed segments

@@ -6,11 +6,11 @@
 Needs only pymilvus, milvus-lite, numpy and psutil (none of the project's services), so the same file
 measures the pinned Milvus Lite 2.5 (the server's C++ core, run as a child process) in the project venv
 and another version (Lite 3, pure Python) in a bare venv. One collection shaped like kb_chunks (jieba-analysed content
-with a BM25 function, a 512-d dense vector, item_name / doc_id scalars) is grown to each size; at
+with a BM25 function, a 512-d dense vector, product / doc_id scalars) is grown to each size; at
 each size it reports insert speed, hybrid search p50/p95 filtered on one product (the question
 path) and unfiltered (the evidence path) with WeightedRanker and RRFRanker, and memory of the
 process tree. A feature check runs first: BM25 with jieba finds a Chinese term, an escaped filter
-on item_name works, both rankers run. Growth stops when `--budget-s` of inserting is spent.
+on product works, both rankers run. Growth stops when `--budget-s` of inserting is spent.
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class Rows:
             src = self.texts[int(k) % len(self.texts)]
             length = int(self.rng.integers(*WINDOW))
             start = int(self.rng.integers(0, max(1, len(src) - length)))
-            rows.append({"content": src[start:start + length], "item_name": self.product(int(k) // PER_PRODUCT),
+            rows.append({"content": src[start:start + length], "product": self.product(int(k) // PER_PRODUCT),
                          "doc_id": f"doc-{int(k) // PER_PRODUCT:05d}", "dense": vec.tolist()})
         return rows
 
@@ -129,7 +129,7 @@ def create(client: MilvusClient) -> None:
     schema.add_field("chunk_id", DataType.INT64, is_primary=True)
     schema.add_field("content", DataType.VARCHAR, max_length=65535, enable_analyzer=True,
                      analyzer_params={"tokenizer": "jieba"})
-    schema.add_field("item_name", DataType.VARCHAR, max_length=1024)
+    schema.add_field("product", DataType.VARCHAR, max_length=1024)
     schema.add_field("doc_id", DataType.VARCHAR, max_length=256)
     schema.add_field("dense", DataType.FLOAT_VECTOR, dim=DIM)
     schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
@@ -151,7 +151,7 @@ def hybrid(client: MilvusClient, vec: list[float], text: str, expr: str, ranker)
                              expr=expr or None),
             AnnSearchRequest(data=[text], anns_field="sparse", param={"metric_type": "BM25"}, limit=10,
                              expr=expr or None)]
-    res = client.hybrid_search(NAME, reqs=reqs, ranker=ranker, limit=10, output_fields=["item_name"])
+    res = client.hybrid_search(NAME, reqs=reqs, ranker=ranker, limit=10, output_fields=["product"])
     return list(res[0]) if res else []
 
 
@@ -172,12 +172,12 @@ def features(client: MilvusClient, rows: Rows) -> dict:
     name = rows.product(0)
     for label, ranker in (("hybrid_weighted", WeightedRanker(0.8, 0.2, norm_score=True)), ("hybrid_rrf", RRFRanker(60))):
         try:
-            hits = hybrid(client, rows.query_vector(), "怎么烧录固件", f"item_name == {escaped(name)}", ranker)
-            out[label] = bool(hits) and all(entity(h)["item_name"] == name for h in hits)
+            hits = hybrid(client, rows.query_vector(), "怎么烧录固件", f"product == {escaped(name)}", ranker)
+            out[label] = bool(hits) and all(entity(h)["product"] == name for h in hits)
         except Exception as exc:
             out[label] = f"失败：{exc}"
     try:
-        got = client.query(NAME, filter=f"item_name in [{escaped(name)}]", output_fields=["count(*)"])
+        got = client.query(NAME, filter=f"product in [{escaped(name)}]", output_fields=["count(*)"])
         out["filter_escaped"] = int(got[0]["count(*)"]) == PER_PRODUCT
     except Exception as exc:
         out["filter_escaped"] = f"失败：{exc}"
@@ -191,7 +191,7 @@ def latency(client: MilvusClient, rows: Rows, n_rows: int, qs: list[str]) -> dic
         for scope in ("filtered", "all"):
             times = []
             for i in range(QUERIES):
-                expr = f"item_name == {escaped(rows.product(i * 7919 % products))}" if scope == "filtered" else ""
+                expr = f"product == {escaped(rows.product(i * 7919 % products))}" if scope == "filtered" else ""
                 vec, text = rows.query_vector(), qs[i % len(qs)]
                 t = time.perf_counter()
                 hybrid(client, vec, text, expr, make())

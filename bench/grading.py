@@ -202,7 +202,7 @@ def run(docs: list[str | Path], qa: str | Path, out: str | Path, data_dir: str |
     out.mkdir(parents=True, exist_ok=True)
     with isolated_data_dir(data_dir, keep=keep_data):
         results = import_docs(files, log, roots=docs)  # a folder's files recognised together, as bench.retrieval does
-        products = sorted({r.item_name for r in results})
+        products = sorted({r.product for r in results})
         index = DocIndex(results)
         questions = [q for q in questions if index.products(q.docs)]
         calibration, held = split_questions(questions)

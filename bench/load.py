@@ -145,7 +145,7 @@ def start_fake_model():
 
     llm = ScriptedOpenAI(chunk_chars=4)
     llm.start()
-    llm.add_rule("只输出 JSON", '{"item_names": [], "rewritten_query": ""}')
+    llm.add_rule("只输出 JSON", '{"products": [], "rewritten_query": ""}')
     llm.add_rule("产品资料整理专家", "")  # imports: no name from the model, the offline rules decide
     llm.add_rule("用于 Markdown 图片标题", "说明书插图")
     llm.add_rule("不超过300字", "说明书中关于该问题的段落：接口、引脚、供电与操作步骤。")

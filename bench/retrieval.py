@@ -47,7 +47,7 @@ BRANCH_TO_EXPECT = {"confirmed": "confirm", "ask": "ask", "refuse": "refuse"}
 NAIVE_CHARS = 500
 NAIVE_COLLECTION = "bench_naive_chunks"
 SPLIT_COLLECTIONS = {"seed": "bench_seed_chunks", "smart": "bench_smart_chunks"}
-FIELDS = ["chunk_id", "content", "title", "file_title", "item_name"]
+FIELDS = ["chunk_id", "content", "title", "file_title", "product"]
 SEED_WEIGHTS = (0.8, 0.2)  # the seed's weighted hybrid, kept as a baseline
 SYSTEMS = {
     "naive_dense": "基线1：固定500字切片＋纯向量",
@@ -131,10 +131,10 @@ class DocIndex:
             path = Path(r.file).resolve()
             parts = path.with_suffix("").parts
             for i in range(len(parts) - 1):
-                self.by_path.setdefault("/".join(parts[i:]), set()).add(r.item_name)
-            self.by_stem.setdefault(path.stem, set()).add(r.item_name)
+                self.by_path.setdefault("/".join(parts[i:]), set()).add(r.product)
+            self.by_stem.setdefault(path.stem, set()).add(r.product)
             for parent in path.parents:
-                self.by_folder.setdefault(parent.name, set()).add(r.item_name)
+                self.by_folder.setdefault(parent.name, set()).add(r.product)
 
     def products(self, names: list[str]) -> set[str] | None:
         """The products, or None when some name is not among the imported documents."""
@@ -174,14 +174,14 @@ def build_collections(results, log) -> dict:
     for r in results:
         text = html_to_markdown(normalize_newlines(work_markdown(r).read_text(encoding="utf-8")))
         stem = Path(r.file).stem
-        rows["naive"] += [{"content": c, "title": "", "file_title": stem, "item_name": r.item_name}
+        rows["naive"] += [{"content": c, "title": "", "file_title": stem, "product": r.product}
                           for c in naive_chunks(text)]
         for mode in SPLIT_COLLECTIONS:
             chunks = [c for c in split_markdown(text, stem, MAX_CONTENT_LENGTH, MIN_CONTENT_LENGTH, mode=mode)
                       if c["content"].strip()]
             if mode == "smart":
                 smart_matches_import &= same_as_import(r, chunks)
-            rows[mode] += [{**c, "file_title": stem, "item_name": r.item_name} for c in chunks]
+            rows[mode] += [{**c, "file_title": stem, "product": r.product} for c in chunks]
     started = time.perf_counter()
     create_chunk_collection(store, NAIVE_COLLECTION)
     fill_chunk_collection(store, NAIVE_COLLECTION, rows["naive"], [r["content"] for r in rows["naive"]])
@@ -193,12 +193,12 @@ def build_collections(results, log) -> dict:
     return {"rows": rows, "smart_matches_import": smart_matches_import}
 
 
-def rerank(query: str, docs: list[dict], item_names: list[str] | None) -> list[dict]:
+def rerank(query: str, docs: list[dict], products: list[str] | None) -> list[dict]:
     """Docs in node_rerank's order (the same function)."""
     if not docs:
         return []
     cfg = QueryConfiguration()
-    return [d for _, d in rerank_order(cfg.reranker, query, docs, item_names, cfg.calibration())[0]]
+    return [d for _, d in rerank_order(cfg.reranker, query, docs, products, cfg.calibration())[0]]
 
 
 def contents(hits: list[dict]) -> list[str]:
@@ -212,7 +212,7 @@ def evidence_stages(state: dict, query: str) -> dict[str, list[dict]]:
     (node_rerank keeps only the prefix above the cliff, so the order is recomputed the same way),
     "first_kept" / "final_kept" as the graph kept them. "final" is empty when the grade says not to
     answer. A split question's branches are merged as node_synthesis merges them."""
-    items = state.get("item_names")
+    items = state.get("products")
     answered = (state.get("grade") or {}).get("route") == "answer"
     results = state.get("sub_results") or []
     if results:
@@ -261,7 +261,7 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
         "id": q.id, "part": part, "question": q.question, "expect": q.expect, "docs": q.docs,
         "expected_products": sorted(expected), "branch": branch, "decision": got,
         "decision_ok": got == q.expect, "method": (state.get("decision") or {}).get("method", ""),
-        "item_names": state.get("item_names") or [], "candidates": state.get("candidates") or [],
+        "products": state.get("products") or [], "candidates": state.get("candidates") or [],
         "kept": len(kept), "rerank_consistent": consistent, "seconds": round(seconds, 4),
         "nodes": node_seconds(state), "ranks": {},
         "complexity": (state.get("plan") or {}).get("complexity", ""),
@@ -271,7 +271,7 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
         "first_top": first_top(state),
     }
     if q.expect == "confirm":
-        rec["product_ok"] = got == "confirm" and set(rec["item_names"]) == expected
+        rec["product_ok"] = got == "confirm" and set(rec["products"]) == expected
     if q.expect == "ask":
         rec["candidates_ok"] = got == "ask" and set(rec["candidates"]) == expected
         rec["candidates_subset_ok"] = got == "ask" and bool(rec["candidates"]) and set(rec["candidates"]) <= expected
@@ -290,7 +290,7 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
                                 sorted(expected)),
     }
     # Seed vs smart splitting: the pipeline's retrieval once the right product is confirmed.
-    expr = in_filter("item_name", sorted(expected))
+    expr = in_filter("product", sorted(expected))
     for mode, name in SPLIT_COLLECTIONS.items():
         hits = store.hybrid_search(name, vec, q.question, expr=expr, limit=TOP_K, weights=SEED_WEIGHTS, fields=FIELDS)
         lists[f"{mode}_hybrid"] = hits
@@ -477,7 +477,7 @@ def report_markdown(report: dict) -> str:
         f"{report['import_seconds']} 秒", "",
         "## 文档与识别出的产品名", "",
         md_table(["文件", "产品名", "切片", "页数", "秒"],
-                 [[Path(x["file"]).name, x["item_name"], x["chunks"], x["pages"], x["seconds"]]
+                 [[Path(x["file"]).name, x["product"], x["chunks"], x["pages"], x["seconds"]]
                   for x in report["docs"]]),
         "", "## 留出集：完整流程对单一检索（报告用）", "",
         f"问答集按固定种子（{SPLIT_SEED}）分成两半：常数只在校准的一半上选，这里报告另一半"
@@ -526,13 +526,13 @@ def report_markdown(report: dict) -> str:
     ]
     misses = [r for r in report["records"] if r["ranks"] and r["ranks"].get("pipeline") is None]
     lines += [f"- {r['id']} {r['question']}：判定 {DECISION_NAMES.get(r['decision'], r['decision'])}，"
-              f"产品 {'、'.join(r['item_names']) or '无'}" for r in misses] or ["- 无"]
+              f"产品 {'、'.join(r['products']) or '无'}" for r in misses] or ["- 无"]
     lines += ["", "## 判定错误的题", ""]
     wrong = [r for r in report["records"] if not r["decision_ok"]
              or r.get("product_ok") is False or r.get("candidates_ok") is False]
     lines += [f"- {r['id']} {r['question']}：期望 {DECISION_NAMES[r['expect']]}"
               f"（{'、'.join(r['expected_products']) or '—'}），实际 {DECISION_NAMES.get(r['decision'], r['decision'])}"
-              f"（{'、'.join(r['item_names'] or r['candidates'][:5]) or '—'}），方法 {r['method']}" for r in wrong] or ["- 无"]
+              f"（{'、'.join(r['products'] or r['candidates'][:5]) or '—'}），方法 {r['method']}" for r in wrong] or ["- 无"]
     return "\n".join(lines) + "\n"
 
 
@@ -593,14 +593,14 @@ def run(docs: list[str | Path], qa: list[str | Path], out: str | Path, data_dir:
         import_seconds = round(time.perf_counter() - started, 2)
         index = DocIndex(results)
         built = build_collections(results, log)
-        for warm in ("怎么接线？", f"{results[0].item_name} 怎么使用？"):  # model and index warm-up
+        for warm in ("怎么接线？", f"{results[0].product} 怎么使用？"):  # model and index warm-up
             retrieval_path(warm)
         evaluated = {name: evaluate_set(f, index, log) for name, f in zip(names, qa)}
     report = {
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine,
         "load_avg_end": [round(x, 2) for x in os.getloadavg()], "split_seed": SPLIT_SEED,
         "calibration": calibration().measured,
-        "docs": [{k: r.to_dict()[k] for k in ("file", "item_name", "chunks", "pages", "seconds")} for r in results],
+        "docs": [{k: r.to_dict()[k] for k in ("file", "product", "chunks", "pages", "seconds")} for r in results],
         "import_seconds": import_seconds, "sets": {},
     }
     markdown, all_records = [], []

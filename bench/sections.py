@@ -10,7 +10,7 @@ from collections import defaultdict
 from services.vector_store import eq_filter, get_vector_store
 
 SECTION_MIN_HITS = 2
-SECTION_FIELDS = ["chunk_id", "content", "title", "parent_title", "doc_id", "item_name"]
+SECTION_FIELDS = ["chunk_id", "content", "title", "parent_title", "doc_id", "product"]
 
 
 def with_sections(docs: list[dict], max_chars: int) -> list[dict]:

@@ -29,7 +29,7 @@ from graphs.importing import run_import
 from services.embeddings import get_embedder
 from services.reranker import get_reranker
 from services.settings import get_settings
-from services.vector_store import get_vector_store
+from services.vector_store import as_stored, get_vector_store
 
 DEFAULT_SIZES = (1000, 10000, 100000)
 PAGES_TARGET = 3.0
@@ -44,7 +44,7 @@ BRANDS = ["星河", "北辰", "Acme", "Nova", "千帆", "Zeta", "天工", "Orion
 SERIES = ["QX", "RT", "KZ", "HL", "PW", "GN"]
 KINDS = ["开发板", "主板", "模块", "控制器", "传感器"]
 PROFILE_QUERIES = 20
-CONFIRM_NODE = "node_item_name_confirm"
+CONFIRM_NODE = "node_product_confirm"
 
 
 def synthetic_name(p: int) -> str:
@@ -82,7 +82,7 @@ def import_stats(results, seconds: float) -> dict:
             "pages_per_s": round(pages / seconds, 2) if seconds else None,
             "chunks_per_s": round(chunks / seconds, 2) if seconds else None,
             "node_seconds": nodes, "peak_rss_mb": peak_rss_mb(),
-            "docs": [{"file": Path(r.file).name, "item_name": r.item_name, "pages": r.pages, "chunks": r.chunks,
+            "docs": [{"file": Path(r.file).name, "product": r.product, "pages": r.pages, "chunks": r.chunks,
                       "seconds": r.seconds} for r in results]}
 
 
@@ -165,21 +165,21 @@ def grow(pool: dict, first: int, count: int, per_product: int, rng: np.random.Ge
             name = synthetic_name(p)
             row = {"content": f"{name}\n{pool['texts'][k % n_pool]}", "title": f"{name} 第 {k % per_product + 1} 节",
                    "parent_title": name, "file_title": f"合成手册-{p:05d}", "doc_id": f"synthetic-{p:05d}",
-                   "item_name": name, "part": 1, "page_start": 0, "page_end": 0, "dense": vec.tolist()}
+                   "product": name, "part": 1, "page_start": 0, "page_end": 0, "dense": vec.tolist()}
             if model_sparse:
                 row["sparse"] = pool["sparse"][k % n_pool]
             rows.append(row)
-        store.client.insert(store.chunks, rows)
+        store.client.insert(store.chunks, [as_stored(r) for r in rows])
     names = [synthetic_name(p) for p in new_products]
     items = []
     for p, name, vec in zip(new_products, names, embedder.embed(names) if names else []):
-        item = {"file_title": f"合成手册-{p:05d}", "doc_id": f"synthetic-{p:05d}", "item_name": name,
+        item = {"file_title": f"合成手册-{p:05d}", "doc_id": f"synthetic-{p:05d}", "product": name,
                 "dense": vec["dense"]}
         if model_sparse:
             item["sparse"] = vec["sparse"]
         items.append(item)
     if items:
-        store.client.insert(store.items, items)
+        store.client.insert(store.items, [as_stored(i) for i in items])
     insert_s = time.perf_counter() - started
     t = time.perf_counter()
     store.client.flush(store.chunks)  # as every import does: timed searches see sealed segments

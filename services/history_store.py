@@ -21,7 +21,8 @@ from services.settings import Settings, get_settings
 
 HISTORY_COLLECTION = "chat_message"
 OWNERS_COLLECTION = "session_owner"  # session_id -> the user it belongs to (chat threads and API sessions)
-UPDATABLE_FIELDS = frozenset({"role", "text", "rewritten_query", "item_names", "image_urls", "status", "ts"})
+LEGACY_PRODUCTS = "item_names"
+UPDATABLE_FIELDS = frozenset({"role", "text", "rewritten_query", "products", "image_urls", "status", "ts"})
 
 IndexKeys = Sequence[tuple[str, int]]
 
@@ -139,6 +140,10 @@ def _public(doc: dict) -> dict:
     """Stored document → plain JSON-able dict with `id` instead of the ObjectId `_id`."""
     doc = dict(doc)
     doc["id"] = str(doc.pop("_id"))
+    # messages saved before the field was called `products` keep it as `item_names`
+    old = doc.pop(LEGACY_PRODUCTS, None)
+    if old and not doc.get("products"):
+        doc["products"] = old
     return doc
 
 
@@ -173,13 +178,13 @@ class HistoryStore:
         return self.db.collection(HISTORY_COLLECTION, action, indexes=[[("session_id", 1), ("ts", -1)]])
 
     def add_message(self, session_id: str, role: str, text: str, *, rewritten_query: str = "",
-                    item_names: list[str] | None = None, image_urls: list[str] | None = None,
+                    products: list[str] | None = None, image_urls: list[str] | None = None,
                     status: str = "complete") -> str:
         if not session_id:
             raise ValidationError("会话ID不能为空")
         doc = {
             "session_id": session_id, "role": role, "text": text, "rewritten_query": rewritten_query,
-            "item_names": list(item_names or []), "image_urls": list(image_urls or []),
+            "products": list(products or []), "image_urls": list(image_urls or []),
             "ts": now_ts(), "status": status,
         }
         with self._messages("保存对话记录") as messages:
@@ -204,14 +209,15 @@ class HistoryStore:
             docs = list(messages.find({"session_id": session_id}).sort([("ts", -1)]).limit(limit))
         return [_public(doc) for doc in reversed(docs)]
 
-    def backfill_item_names(self, session_id: str, item_names: list[str]) -> int:
+    def backfill_products(self, session_id: str, products: list[str]) -> int:
         """Attach confirmed product names to the session's messages that have none yet."""
-        if not item_names:
+        if not products:
             return 0
         query = {"session_id": session_id,
-                 "$or": [{"item_names": {"$exists": False}}, {"item_names": []}, {"item_names": None}]}
+                 "$and": [{"$or": [{"products": {"$exists": False}}, {"products": []}, {"products": None}]},
+                          {"$or": [{LEGACY_PRODUCTS: {"$exists": False}}, {LEGACY_PRODUCTS: []}]}]}
         with self._messages("补充商品名称") as messages:
-            return messages.update_many(query, {"$set": {"item_names": list(item_names)}}).modified_count
+            return messages.update_many(query, {"$set": {"products": list(products)}}).modified_count
 
     def list_sessions(self, limit: int = 50) -> list[dict]:
         """Sessions newest first: session_id, last_ts, first_user_text."""

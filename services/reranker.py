@@ -119,7 +119,7 @@ def scored_content(doc: dict) -> str:
     path omits them. Web results are scored as they are."""
     if doc.get("source", "local") != "local":
         return doc["content"]
-    return "\n".join(part for part in (doc.get("item_name") or "", doc["content"]) if part)
+    return "\n".join(part for part in (doc.get("product") or "", doc["content"]) if part)
 
 
 class Reranker:

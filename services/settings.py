@@ -75,7 +75,7 @@ class Settings:
     # vector store
     milvus_url: str = ""
     chunks_collection: str = "kb_chunks"
-    item_name_collection: str = "kb_item_names"
+    product_collection: str = "kb_item_names"
     # history store
     mongo_url: str = ""
     mongo_db_name: str = "kb001"
@@ -163,7 +163,7 @@ def load_settings() -> Settings:
         rerank_timeout_s=_float("RERANK_TIMEOUT_S", 30.0),
         milvus_url=_env("MILVUS_URL"),
         chunks_collection=_env("CHUNKS_COLLECTION", "kb_chunks"),
-        item_name_collection=_env("ITEM_NAME_COLLECTION", "kb_item_names"),
+        product_collection=_env("PRODUCT_COLLECTION", "kb_item_names"),
         mongo_url=_env("MONGO_URL"),
         mongo_db_name=_env("MONGO_DB_NAME", "kb001"),
         minio_endpoint=_env("MINIO_ENDPOINT"),

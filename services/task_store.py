@@ -56,7 +56,7 @@ class TaskStore:
         """Fresh pending task (re-creating an id starts it over); `by` is the user who asked for it.
         `job` is what a queue worker needs to run it again from scratch; without one it cannot be retried."""
         now = now_ts()
-        doc = {"task_id": task_id, "status": PENDING, "file_name": file_name, "product": product, "by": by,
+        doc = {"task_id": task_id, "status": PENDING, "file_name": file_name, "requested_product": product, "by": by,
                "done_list": [], "running_list": [], "steps": [], "error": "", "result": None,
                "created": now, "updated": now, "job": job, "attempts": 0, "worker": "", "lease_until": None}
         with self._tasks("创建导入任务") as tasks:

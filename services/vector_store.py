@@ -1,4 +1,4 @@
-"""Milvus: the `kb_chunks` and `kb_item_names` collections.
+"""Milvus: the chunk and product collections (`kb_chunks`, `kb_item_names` on disk).
 
 One code path for Milvus Lite (a file under DATA_DIR) and a Milvus server (`MILVUS_URL`).
 The embedded engine is Milvus Lite 2.5 (the server's C++ core, run by pymilvus as a child process
@@ -36,24 +36,46 @@ logging.getLogger("pymilvus.client.iterator.query_iterator").setLevel(logging.ER
 MAX_CONTENT_BYTES = 65000  # VARCHAR(65535) is counted in UTF-8 bytes by the server
 INSERT_BATCH = 256  # rows per insert call: keeps each request far below the gRPC message limit
 QUERY_PAGE = 4096  # rows per page of a read: a server refuses offset + limit above 16384, an iterator has no cap
-CHUNK_FIELDS = ["chunk_id", "content", "title", "parent_title", "file_title", "doc_id", "item_name", "part",
+CHUNK_FIELDS = ["chunk_id", "content", "title", "parent_title", "file_title", "doc_id", "product", "part",
                 "page_start", "page_end"]
+PRODUCT_FIELDS = ["product", "file_title", "doc_id"]
+# The product is stored as `item_name` (the field name of data folders written before it was called
+# a product); the mapping lives here alone, so every caller reads and writes `product`.
+STORED_AS = {"product": "item_name"}
+READ_AS = {v: k for k, v in STORED_AS.items()}
 ANALYZER = {"tokenizer": "jieba", "filter": ["lowercase"]}  # Milvus keeps case: "PoE" must find "POE"
 
 
 def escape_filter_value(value: str) -> str:
-    """A string literal safe inside a Milvus boolean expression (pitfall 7)."""
+    """A string literal safe inside a Milvus boolean expression: quotes and backslashes escaped,
+    line breaks made spaces, so no value can end the literal and add a clause."""
     value = value.replace("\\", "\\\\").replace('"', '\\"').replace("'", "\\'")
     for ch in "\r\n\t":
         value = value.replace(ch, " ")
     return f'"{value}"'
 
 
+def stored(fields: list[str]) -> list[str]:
+    return [STORED_AS.get(f, f) for f in fields]
+
+
+def as_stored(row: dict) -> dict:
+    """A row with the field names it has on disk (for writers that insert through the client)."""
+    return {STORED_AS.get(k, k): v for k, v in row.items()}
+
+
+def as_read(row: dict) -> dict:
+    """A row with the stored field names replaced by the ones callers use."""
+    return {READ_AS.get(k, k): v for k, v in row.items()}
+
+
 def in_filter(field: str, values: list[str]) -> str:
+    field = STORED_AS.get(field, field)
     return f"{field} in [{', '.join(escape_filter_value(v) for v in values)}]"
 
 
 def eq_filter(field: str, value: str) -> str:
+    field = STORED_AS.get(field, field)
     return f"{field} == {escape_filter_value(value)}"
 
 
@@ -78,7 +100,7 @@ def hit_to_dict(hit) -> dict:
     if pk is not None:
         flat["chunk_id"] = str(pk)
     flat["score"] = float(flat.get("distance", flat.get("score", 0.0)) or 0.0)
-    return flat
+    return as_read(flat)
 
 
 class VectorStore:
@@ -86,14 +108,14 @@ class VectorStore:
         self.settings = settings
         self.embedder = embedder
         self.chunks = settings.chunks_collection
-        self.items = settings.item_name_collection
+        self.items = settings.product_collection
         self._lock = threading.RLock()  # guards the client's creation and closing
         # Lite is one file served by one in-process engine: keep its calls serial. A server takes
         # concurrent calls, and serialising them here would make every question wait for an import.
         self._serial = self._lock if not settings.milvus_url else contextlib.nullcontext()
         self._client: MilvusClient | None = None
         self._ready = False
-        self._names: tuple[tuple[int, int], list[dict]] | None = None  # ((rows, newest pk), rows) of kb_item_names
+        self._names: tuple[tuple[int, int], list[dict]] | None = None  # ((rows, newest pk), rows) of the product collection
 
     @property
     def backend(self) -> str:
@@ -218,7 +240,8 @@ class VectorStore:
 
     # -- writes ---------------------------------------------------------------------------
     def _chunk_row(self, r: dict) -> dict:
-        row = {k: r[k] for k in ("doc_id", "item_name", "part", "dense")}
+        row = {k: r[k] for k in ("doc_id", "part", "dense")}
+        row["item_name"] = r["product"]
         row.update({k: int(r.get(k) or 0) for k in ("page_start", "page_end")})
         row["content"] = clip_utf8(r["content"], MAX_CONTENT_BYTES)
         for k in ("title", "parent_title"):
@@ -232,7 +255,7 @@ class VectorStore:
                          progress: Callable[[str], None] | None = None) -> list[str]:
         """Swap a document's chunks and its product-name row for new ones; return the new chunk ids.
 
-        `item` is {"file_title", "item_name", "dense", "sparse"}.  The new version is written before
+        `item` is {"file_title", "product", "dense", "sparse"}.  The new version is written before
         the old one is removed, and a failed write removes what it wrote, so readers see the old
         version or the new one, never a part of either; a process killed in between leaves both,
         which the next import of the document cleans up (it removes every other row of the doc).
@@ -248,19 +271,19 @@ class VectorStore:
                 if progress:
                     progress(f"已写入 {len(ids)}/{len(rows)} 个切片")
             row = {"file_title": clip_utf8(item["file_title"], 1000), "doc_id": doc_id,
-                   "item_name": item["item_name"], "dense": item["dense"]}
+                   "item_name": item["product"], "dense": item["dense"]}
             if self.embedder.sparse_mode == "model":
                 row["sparse"] = item["sparse"]
             pk = self._call("写入商品名", client.insert, self.items, [row])["ids"][0]
             stale = eq_filter("doc_id", doc_id) + (f" and chunk_id not in {list(ids)}" if ids else "")
             self._call("删除旧切片", client.delete, self.chunks, filter=stale)
-            # One row per product name (the seed's rule): older rows of this name go.
+            # One row per product name, so each product is one candidate: older rows of this name go.
             self._call("删除旧商品名", client.delete, self.items,
-                       filter=f"{eq_filter('item_name', item['item_name'])} and pk != {pk}")
+                       filter=f"{eq_filter('product', item['product'])} and pk != {pk}")
         except Exception:
             self._rollback(ids, pk)
             raise
-        self._prune_names(old_names - {item["item_name"]})
+        self._prune_names(old_names - {item["product"]})
         self._flush()
         return [str(i) for i in ids]
 
@@ -278,15 +301,15 @@ class VectorStore:
     def _names_of(self, doc_id: str) -> set[str]:
         """Product names the document's chunks and name rows carry now."""
         expr = eq_filter("doc_id", doc_id)
-        return ({r["item_name"] for r in self.query(self.chunks, expr, ["item_name"])}
-                | {r["item_name"] for r in self.query(self.items, expr, ["item_name"])})
+        return ({r["product"] for r in self.query(self.chunks, expr, ["product"])}
+                | {r["product"] for r in self.query(self.items, expr, ["product"])})
 
     def _prune_names(self, names: set[str]) -> None:
         """Drop the name rows no chunk carries any more: another document may still use a name
         this one gave up, and its row must stay (no orphans either way)."""
-        unused = [n for n in names if not self.count(self.chunks, eq_filter("item_name", n))]
+        unused = [n for n in names if not self.count(self.chunks, eq_filter("product", n))]
         if unused:
-            self._call("删除商品名", self.client.delete, self.items, filter=in_filter("item_name", unused))
+            self._call("删除商品名", self.client.delete, self.items, filter=in_filter("product", unused))
 
     def _flush(self) -> None:
         for name in (self.chunks, self.items):  # seals the writes: at most 10 ms on Lite 2.5 at 100k rows
@@ -309,7 +332,7 @@ class VectorStore:
 
     def query(self, collection: str, expr: str, fields: list[str]) -> list[dict]:
         """Every row matching `expr`, read page by page: no cap on how many."""
-        return self._call("查询", self._read_all, collection, expr, fields)
+        return [as_read(r) for r in self._call("查询", self._read_all, collection, expr, stored(fields))]
 
     def _read_all(self, collection: str, expr: str, fields: list[str]) -> list[dict]:
         pages = self.client.query_iterator(collection, batch_size=QUERY_PAGE, filter=expr, output_fields=fields)
@@ -339,16 +362,16 @@ class VectorStore:
     def delete_chunks(self, ids: list[str]) -> None:
         if ids:
             self._call("删除切片", self.client.delete, self.chunks, filter=f"chunk_id in {[int(i) for i in ids]}")
-            self._prune_names({r["item_name"] for r in self.item_names()})
+            self._prune_names({r["product"] for r in self.products()})
             self._flush()
 
     def dedupe_names(self) -> int:
         """One row per product name (a write interrupted mid-way can leave two); returns how many went."""
         newest: dict[str, int] = {}
-        rows = self.query_all(self.items, "pk >= 0", ["pk", "item_name"])
+        rows = self.query_all(self.items, "pk >= 0", ["pk", "product"])
         for row in rows:
-            newest[row["item_name"]] = max(newest.get(row["item_name"], -1), int(row["pk"]))
-        extra = [int(r["pk"]) for r in rows if int(r["pk"]) != newest[r["item_name"]]]
+            newest[row["product"]] = max(newest.get(row["product"], -1), int(row["pk"]))
+        extra = [int(r["pk"]) for r in rows if int(r["pk"]) != newest[r["product"]]]
         if extra:
             self._call("删除重复商品名", self.client.delete, self.items, filter=f"pk in {extra}")
             self._flush()
@@ -357,7 +380,7 @@ class VectorStore:
     def add_name_row(self, item: dict, doc_id: str) -> None:
         """A product name row for chunks that have none (the start-up repair)."""
         row = {"file_title": clip_utf8(item["file_title"], 1000), "doc_id": doc_id,
-               "item_name": item["item_name"], "dense": item["dense"]}
+               "item_name": item["product"], "dense": item["dense"]}
         if self.embedder.sparse_mode == "model":
             row["sparse"] = item["sparse"]
         self._call("写入商品名", self.client.insert, self.items, [row])
@@ -377,16 +400,16 @@ class VectorStore:
             self._client, self._ready, self._names = client, False, None
         self.open()
 
-    def item_names(self) -> list[dict]:
-        """Every product row, sorted. Read on every question, so kept until kb_item_names changes,
+    def products(self) -> list[dict]:
+        """Every product row, sorted. Read on every question, so kept until the product collection changes,
         whichever process changes it: auto ids only grow, so a write shows as a pk above the newest
         one read or as a lower row count (two counts, under a millisecond, instead of every row)."""
         cached = self._names
         if cached and self._names_unchanged(*cached[0]):
             return list(cached[1])
-        rows = self.query(self.items, "pk >= 0", ["pk", "item_name", "file_title", "doc_id"])
+        rows = self.query(self.items, "pk >= 0", ["pk", *PRODUCT_FIELDS])
         version = (len(rows), max((int(r.pop("pk")) for r in rows), default=-1))
-        rows = sorted(rows, key=lambda r: r["item_name"])
+        rows = sorted(rows, key=lambda r: r["product"])
         self._names = (version, rows)
         return list(rows)
 
@@ -395,7 +418,7 @@ class VectorStore:
 
     def product_names(self) -> list[str]:
         """Distinct product names, sorted: what the knowledge base covers."""
-        return list(dict.fromkeys(r["item_name"] for r in self.item_names()))
+        return list(dict.fromkeys(r["product"] for r in self.products()))
 
     def _requests(self, vec: dict, text: str, expr: str, limit: int) -> list[AnnSearchRequest]:
         dense = AnnSearchRequest(data=[vec["dense"]], anns_field="dense",
@@ -411,7 +434,7 @@ class VectorStore:
     def hybrid_search(self, collection: str, vec: dict, text: str, *, expr: str = "", limit: int = 10,
                       weights: tuple[float, float] = (0.8, 0.2), fields: list[str] | None = None,
                       ranker: str = "weighted") -> list[dict]:
-        fields = fields or (CHUNK_FIELDS if collection == self.chunks else ["item_name", "file_title", "doc_id"])
+        fields = stored(fields or (CHUNK_FIELDS if collection == self.chunks else PRODUCT_FIELDS))
         rank = WeightedRanker(*weights, norm_score=True) if ranker == "weighted" else RRFRanker(60)
         res = self._search("混合检索", self.client.hybrid_search, collection,
                            reqs=self._requests(vec, text, expr, limit), ranker=rank,
@@ -432,7 +455,7 @@ class VectorStore:
                      fields: list[str] | None = None) -> list[dict]:
         res = self._call("稠密检索", self.client.search, collection, data=[vec["dense"]],
                          anns_field="dense", search_params={"metric_type": "COSINE"},
-                         filter=expr, limit=limit, output_fields=fields or CHUNK_FIELDS)
+                         filter=expr, limit=limit, output_fields=stored(fields or CHUNK_FIELDS))
         return [hit_to_dict(h) for h in (res[0] if res else [])]
 
     def sparse_search(self, collection: str, vec: dict, text: str, *, expr: str = "", limit: int = 10,
@@ -441,7 +464,7 @@ class VectorStore:
         res = self._search("稀疏检索", self.client.search, collection,
                            data=[text if bm25 else vec["sparse"]], anns_field="sparse",
                            search_params={"metric_type": "BM25" if bm25 else "IP"},
-                           filter=expr, limit=limit, output_fields=fields or CHUNK_FIELDS)
+                           filter=expr, limit=limit, output_fields=stored(fields or CHUNK_FIELDS))
         return [hit_to_dict(h) for h in (res[0] if res else [])]
 
     def ping(self) -> bool:
@@ -467,7 +490,7 @@ def get_vector_store(settings: Settings | None = None) -> VectorStore:
     so settings that differ elsewhere (an API key) must share it."""
     s = settings or get_settings()
     embedder = get_embedder(s)
-    key = (s.milvus_uri, s.chunks_collection, s.item_name_collection, embedder.name, embedder.dim)
+    key = (s.milvus_uri, s.chunks_collection, s.product_collection, embedder.name, embedder.dim)
     with _stores_lock:
         if key not in _stores:
             _stores[key] = VectorStore(s, embedder)

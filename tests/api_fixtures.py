@@ -81,7 +81,7 @@ def model(env):
         llm = ScriptedOpenAI(chunk_chars=chunk_chars)
         llm.start()
         servers.append(llm)
-        llm.add_rule(REWRITE, '{"item_names": [], "rewritten_query": ""}')
+        llm.add_rule(REWRITE, '{"products": [], "rewritten_query": ""}')
         llm.add_rule(HYDE, "这是一段假设的说明书内容，用于检索。")
         llm.add_rule(GRADE, GRADE_ANSWER)
         llm.add_rule(ANSWER, answer, **rule)

@@ -48,7 +48,7 @@ def serve_app(base: Path, preload=(), **extra_env: str) -> Iterator[RunningApp]:
                               cwd=ROOT, env=app.env, capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
         assert done.returncode == 0, done.stdout + done.stderr[-4000:]
         results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        products = {Path(r["file"]).stem: r["item_name"] for r in results}
+        products = {Path(r["file"]).stem: r["product"] for r in results}
     with app:
         yield RunningApp(url=app.url, data_dir=app.data_dir, log_path=app.log_path, products=products)
 

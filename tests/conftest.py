@@ -66,7 +66,7 @@ def corpus_results():
 @pytest.fixture(scope="session")
 def product_of(corpus_results) -> dict[str, str]:
     """Document stem -> the product name the pipeline recognised."""
-    return {stem: r.item_name for stem, r in corpus_results.items()}
+    return {stem: r.product for stem, r in corpus_results.items()}
 
 
 @pytest.fixture()

@@ -12,7 +12,7 @@ from services.object_store import local_images_root
 from services.settings import get_settings
 from services.vector_store import eq_filter, get_vector_store
 
-CHUNK_PROBE = ["chunk_id", "content", "title", "parent_title", "part", "item_name", "file_title", "doc_id"]
+CHUNK_PROBE = ["chunk_id", "content", "title", "parent_title", "part", "product", "file_title", "doc_id"]
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # XLM-R ids 0..4
 TINY_HIDDEN = 32
 
@@ -76,17 +76,17 @@ def doc_chunks(doc_id: str) -> list[dict]:
 
 def name_rows(expr: str = "pk >= 0") -> list[dict]:
     s = store()
-    return s.query(s.items, expr, ["pk", "item_name", "file_title", "doc_id"])
+    return s.query(s.items, expr, ["pk", "product", "file_title", "doc_id"])
 
 
 def assert_consistent() -> None:
     """No orphans either way and no duplicates: every chunk's product has exactly one name row,
     every name row has chunks, and no document holds the same content twice."""
     s = store()
-    chunks = s.query(s.chunks, "chunk_id >= 0", ["item_name", "doc_id", "content"])
-    names = Counter(r["item_name"] for r in name_rows())
+    chunks = s.query(s.chunks, "chunk_id >= 0", ["product", "doc_id", "content"])
+    names = Counter(r["product"] for r in name_rows())
     assert all(n == 1 for n in names.values()), f"duplicate name rows: {names}"
-    assert set(names) == {c["item_name"] for c in chunks}, (set(names), {c["item_name"] for c in chunks})
+    assert set(names) == {c["product"] for c in chunks}, (set(names), {c["product"] for c in chunks})
     twice = [k for k, n in Counter((c["doc_id"], c["content"]) for c in chunks).items() if n > 1]
     assert not twice, f"{len(twice)} chunks stored twice"
 

@@ -74,7 +74,7 @@ class Model:
         answer reply fixed texts."""
         kind = kind_of(body)
         if kind == "rewrite":
-            return json.dumps({"item_names": [], "rewritten_query": asked(body)}, ensure_ascii=False)
+            return json.dumps({"products": [], "rewritten_query": asked(body)}, ensure_ascii=False)
         if kind in ("grade", "rewrite_plan", "plan"):
             reply = {"grade": GRADE_ANSWER, "plan": {"complexity": "simple", "reason": "单一问题", "sub_questions": []},
                      "rewrite_plan": {"method": "step_back", "step_back_question": STEP_BACK, "hyde_passage": ""}}[kind]

@@ -24,7 +24,7 @@ from services.settings import get_settings
 from services.task_store import TaskStore
 
 DUO_MD, DUOS_MD = CORPUS_DOCS[0], CORPUS_DOCS[2]
-ALL_NODES = {"node_load_history", "node_save_history", "node_item_name_confirm", "node_plan", "node_search_embedding", "node_search_embedding_hyde",
+ALL_NODES = {"node_load_history", "node_save_history", "node_product_confirm", "node_plan", "node_search_embedding", "node_search_embedding_hyde",
              "node_web_search_mcp", "node_rrf", "node_rerank", "node_grade", "node_answer_output"}
 
 
@@ -55,7 +55,7 @@ def test_openapi_schema_documents_every_endpoint(api):
     assert "security" not in paths["/api/health"]["get"]  # health needs no key
     assert paths["/api/query"]["post"]["security"] == [{"HTTPBearer": []}]
     answer = schema["components"]["schemas"]["Answer"]["properties"]
-    assert {"session_id", "answer", "item_names", "candidates", "image_urls", "sources", "done_list"} <= set(answer)
+    assert {"session_id", "answer", "products", "candidates", "image_urls", "sources", "done_list"} <= set(answer)
 
 
 def test_mount_api_goes_before_a_catch_all_route():
@@ -115,7 +115,7 @@ def test_a_comparison_streams_each_sub_question_and_its_sources(api, product_of)
     assert "node_sub_question" in progress[first_end]["running_list"]  # the other one still runs
     assert "node_sub_question" not in progress[progress.index(subs[1])]["running_list"]
     final = events[-1].data
-    assert events[-1].name == "final" and {s["item_name"] for s in final["sources"]} == {v2, v3}
+    assert events[-1].name == "final" and {s["product"] for s in final["sources"]} == {v2, v3}
 
 
 def test_query_without_stream_returns_the_answer_and_history_keeps_it(api, product_of):
@@ -125,20 +125,20 @@ def test_query_without_stream_returns_the_answer_and_history_keeps_it(api, produ
     assert reply.status_code == 200, reply.text
     body = reply.json()
     assert body["status"] == "completed"
-    assert body["item_names"] == [duo]
+    assert body["products"] == [duo]
     assert body["answer"].strip()
-    assert body["sources"] and all(s["item_name"] == duo for s in body["sources"] if s["source"] == "local")
+    assert body["sources"] and all(s["product"] == duo for s in body["sources"] if s["source"] == "local")
     assert set(body["done_list"]) == ALL_NODES
     session = body["session_id"]
 
     messages = api.get(f"/api/history/{session}").json()["messages"]
     assert [(m["role"], m["status"]) for m in messages] == [("user", "complete"), ("assistant", "complete")]
     assert messages[1]["text"] == body["answer"]
-    assert messages[0]["item_names"] == [duo]
+    assert messages[0]["products"] == [duo]
 
     # the same session continues: a follow-up without a product name inherits it from history
     follow = api.post("/api/query", json={"query": "它的内存有多大？", "session_id": session}).json()
-    assert follow["item_names"] == [duo]
+    assert follow["products"] == [duo]
     assert len(api.get(f"/api/history/{session}").json()["messages"]) == 4
 
     assert api.delete(f"/api/history/{session}").json() == {"session_id": session, "deleted": 4}
@@ -170,7 +170,7 @@ def test_stream_is_incremental_and_follows_the_seed_protocol(api, api_server, mo
     assert "node_rerank" in events[first_delta - 1].data["done_list"]  # retrieval finished before answering
     final = events[-1].data
     assert final["status"] == "completed" and final["session_id"] == session
-    assert final["item_names"] == [product_of["duos"]]
+    assert final["products"] == [product_of["duos"]]
     assert {"answer", "image_urls", "sources", "candidates", "warnings"} <= set(final)
 
 
@@ -185,7 +185,7 @@ def test_a_late_client_still_gets_final(api, product_of):
         events = read_sse(api, session)
         assert [e.name for e in events] == ["ready", "final"]
         assert events[-1].data["answer"].strip()
-        assert events[-1].data["item_names"] == [product_of["duo256m"]]
+        assert events[-1].data["products"] == [product_of["duo256m"]]
 
 
 def test_two_concurrent_sessions_never_see_each_others_events(api, api_server, model, product_of):
@@ -213,8 +213,8 @@ def test_two_concurrent_sessions_never_see_each_others_events(api, api_server, m
         assert text == events[-1].data["answer"]
     # the two runs overlapped in time, so isolation was really exercised
     assert events_a[1].at < events_b[-1].at and events_b[1].at < events_a[-1].at
-    assert results["a"][1][-1].data["item_names"] == [product_of["duo"]]
-    assert results["b"][1][-1].data["item_names"] == [product_of["m01_mf1_v1_get_started"]]
+    assert results["a"][1][-1].data["products"] == [product_of["duo"]]
+    assert results["b"][1][-1].data["products"] == [product_of["m01_mf1_v1_get_started"]]
 
 
 def test_one_run_at_a_time_per_session(api, model, product_of):
@@ -285,7 +285,7 @@ def test_a_10000_character_question_is_answered_from_its_first_2000(api, product
     reply = api.post("/api/query", json={"query": question[:10_000]})
     assert reply.status_code == 200, reply.text
     assert "问题过长，只使用了前 2000 个字。" in reply.json()["warnings"]
-    assert reply.json()["item_names"] == [product_of["duo"]]
+    assert reply.json()["products"] == [product_of["duo"]]
     too_long = api.post("/api/query", json={"query": question[:10_001]})
     assert too_long.status_code == 422 and "query：内容过长" in too_long.json()["error"]
 
@@ -321,7 +321,7 @@ def test_upload_imports_in_background_and_status_survives_a_restart(api, env, tm
     assert [d["status"] for d in done] == ["completed"] * 3, done
     assert [d["file_name"] for d in done] == ["escape.md", "win.md", "name.md"]
     assert all(d["chunks"] > 0 and d["running_list"] == [] for d in done)
-    assert "node_import_milvus" in done[0]["done_list"] and done[0]["item_name"] == "Milk-V Duo"
+    assert "node_import_milvus" in done[0]["done_list"] and done[0]["product"] == "Milk-V Duo"
 
     day = datetime.now().strftime("%Y%m%d")
     uploads = settings.data_dir / "uploads" / day
@@ -338,7 +338,7 @@ def test_upload_imports_in_background_and_status_survives_a_restart(api, env, tm
     assert TaskStore(settings).get(task_ids[1])["status"] == "completed"
     with ApiServer() as restarted, api_client(restarted.base_url, timeout=60) as client:
         again = client.get(f"/api/status/{task_ids[1]}").json()
-        assert (again["status"], again["chunks"], again["item_name"]) == ("completed", done[1]["chunks"], "Milk-V Duo S")
+        assert (again["status"], again["chunks"], again["product"]) == ("completed", done[1]["chunks"], "Milk-V Duo S")
         assert client.get("/api/status/0123456789abcdef").status_code == 404
 
     # uploading the same file again replaces that manual instead of adding a copy
@@ -352,7 +352,7 @@ def _chunk_total(api, product: str) -> int:
     from services.vector_store import eq_filter, get_vector_store
 
     store = get_vector_store(get_settings())
-    return store.count(store.chunks, eq_filter("item_name", product))
+    return store.count(store.chunks, eq_filter("product", product))
 
 
 def test_upload_validation_rejects_the_whole_batch(api, env, tmp_path, monkeypatch):

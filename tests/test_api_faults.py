@@ -138,7 +138,7 @@ def test_history_store_down_still_streams_the_answer_with_warnings(api, monkeypa
     session, events = ask_stream(api, f"{product_of['duo']} 的 CPU 是什么？")
     assert any(e.name == "delta" for e in events) and events[-1].name == "final"
     final = events[-1].data
-    assert final["answer"].strip() and final["item_names"] == [product_of["duo"]]
+    assert final["answer"].strip() and final["products"] == [product_of["duo"]]
     assert "对话历史暂时不可用，本次回答不会结合上文，也不会被保存。" in final["warnings"]
     assert "回答未能保存到对话历史。" in final["warnings"]
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -207,8 +207,8 @@ def test_import_killed_midway_shows_failed_and_a_rerun_matches_a_clean_import(ap
     rerun = _import_cli(pdf, settings.data_dir)
     result = json.loads(rerun.communicate(timeout=240)[0].strip().splitlines()[-1])
     assert result["status"] == "completed"
-    assert (result["chunks"], result["pages"], result["images_uploaded"], result["item_name"]) == (
-        clean.chunks, clean.pages, clean.images_uploaded, clean.item_name)
+    assert (result["chunks"], result["pages"], result["images_uploaded"], result["product"]) == (
+        clean.chunks, clean.pages, clean.images_uploaded, clean.product)
     store = get_vector_store(get_settings())
     assert store.count(store.chunks) == clean.chunks  # nothing left over from the killed run
 
@@ -281,7 +281,7 @@ def test_prompt_injection_in_a_manual_cannot_add_images(api, env, model, tmp_pat
     reply = api.post("/api/upload", files=[("files", ("星火X1路由器说明书.md", INJECTED_MANUAL, "text/markdown"))])
     status = wait_task(api, reply.json()["task_ids"][0])
     assert status["status"] == "completed", status
-    product = status["item_name"]
+    product = status["product"]
 
     llm = model(OBEYING_REPLY)  # a model that did follow the injected instruction
     question = f"{product} 怎么恢复出厂设置？"

@@ -463,7 +463,7 @@ async def test_ambiguous_question_buttons_pin_the_product(product_of):
     assert len(new_steps) == len(QUERY_LABELS)
     assert product_of["duos"] in answer_of(s)["output"]
     recent = get_history_store().recent(s.thread_id, 2)
-    assert recent[-1]["item_names"] == [product_of["duos"]]
+    assert recent[-1]["products"] == [product_of["duos"]]
 
 
 async def test_typing_a_candidate_instead_of_clicking(product_of):
@@ -555,14 +555,14 @@ async def test_import_then_question_and_rename(own_data, product_of):
     await s.wait_for(lambda: [n for _, n, _ in s.emitter.events if n in ("ask", "task_end")][-2:] == ["ask", "task_end"])
     second = (await s.wait_imports(2))[-1]
     assert "商品名：**我的 Duo 开发板**" in second["output"]
-    names = {r["item_name"] for r in store.item_names()}
+    names = {r["product"] for r in store.products()}
     assert names == {"我的 Duo 开发板"}  # replaced itself, no copy under the old name
     assert store.count() == chunks
 
     # the same file uploaded again replaces itself too
     await s.send("", [DUO256M])
     await s.wait_imports(3)
-    assert store.count() == chunks and len(store.item_names()) == 1
+    assert store.count() == chunks and len(store.products()) == 1
 
     # each import was a task on the queue, run by this process's consumer thread, not the chat's own
     tasks = sorted(get_task_store().list(), key=lambda t: t["created"])
@@ -630,7 +630,7 @@ async def test_failed_import_leaves_nothing(own_data, monkeypatch, tmp_path):
     assert "这份文件没有写入知识库" in failed["output"]
     assert not s.actions("rename_product")
     store = get_vector_store()
-    assert store.count() == 0 and store.item_names() == []  # the chunks written before the failure are gone
+    assert store.count() == 0 and store.products() == []  # the chunks written before the failure are gone
     images = get_settings().data_dir / "objects"
     assert not [p for p in images.rglob("*") if p.is_file() and "upload-images" in p.parts]
 
@@ -659,7 +659,7 @@ async def test_a_set_whose_queue_breaks_off_part_way_imports_the_queued_file(own
     assert shown["✅ 《duo.md"].startswith("✅ 《duo.md》导入完成")
     assert shown["❌ 《duo256m.md"].startswith("❌ 《duo256m.md》的导入任务无法创建，没有开始导入：") and "disk I/O" in shown["❌ 《duo256m.md"]
     assert not list((get_settings().data_dir / "uploads").rglob("duo256m.md"))  # the refused file is not kept
-    assert {r["item_name"] for r in get_vector_store().item_names()} == {"Milk-V Duo"}
+    assert {r["product"] for r in get_vector_store().products()} == {"Milk-V Duo"}
 
 
 async def test_a_queue_that_refuses_says_so_and_keeps_what_the_api_would(own_data, env):
@@ -687,7 +687,7 @@ async def test_a_queue_that_refuses_says_so_and_keeps_what_the_api_would(own_dat
     await s.click(button)
     await s.wait_for(lambda: s.import_messages()[-1]["output"].startswith("❌ 《duos.md》的导入任务无法创建"))
     assert s.actions("rename_product") == [button] and kept.is_file()
-    assert get_vector_store().count() == chunks and {r["item_name"] for r in get_vector_store().item_names()} == {
+    assert get_vector_store().count() == chunks and {r["product"] for r in get_vector_store().products()} == {
         "Milk-V Duo S"}
 
 

@@ -98,7 +98,7 @@ async def test_several_attachments_are_one_set_with_one_summary(own_data):
     assert moved["output"].startswith("✅ 已把《gpio.md》移到“Milk-V Jupiter”（")
     assert not under(s, chooser)
     assert catalog.document(gpio["doc_id"])["product"] == "Milk-V Jupiter"
-    assert {r["item_name"] for r in get_vector_store().doc_rows(gpio["doc_id"])} == {"Milk-V Jupiter"}
+    assert {r["product"] for r in get_vector_store().doc_rows(gpio["doc_id"])} == {"Milk-V Jupiter"}
 
     # renaming onto an existing product asks first, and a cancel changes nothing
     ask_merge = await click(s, "改名：Milk-V Jupiter", "产品“Milk-V Mars”已经存在")
@@ -113,7 +113,7 @@ async def test_several_attachments_are_one_set_with_one_summary(own_data):
     assert renamed["output"] == "✅ 已把“Milk-V Jupiter”改名为“Milk-V Jupiter 开发板”：2 份文档、" \
                                 f"{sum(d['chunks'] for d in catalog.documents('Milk-V Jupiter 开发板'))} 个切片已更新。"
     assert sorted(product_names()) == ["Milk-V Jupiter 开发板", "Milk-V Mars"]
-    assert {r["item_name"] for r in get_vector_store().item_names()} == {"Milk-V Jupiter 开发板", "Milk-V Mars"}
+    assert {r["product"] for r in get_vector_store().products()} == {"Milk-V Jupiter 开发板", "Milk-V Mars"}
     # starters follow the catalogue at once, real names only
     starters = await config.code.set_starters(None)
     assert [st.label for st in starters] == ["Milk-V Jupiter 开发板 快速上手", "Milk-V Mars 快速上手"]
@@ -127,7 +127,7 @@ async def test_several_attachments_are_one_set_with_one_summary(own_data):
     merged = await click(s, "合并到“Milk-V Jupiter 开发板”", "✅ 已把")
     assert merged["output"].startswith("✅ 已把“Milk-V Mars”并入“Milk-V Jupiter 开发板”：1 份文档、")
     assert product_names() == ["Milk-V Jupiter 开发板"] and len(catalog.documents("Milk-V Jupiter 开发板")) == 3
-    assert {r["item_name"] for r in get_vector_store().item_names()} == {"Milk-V Jupiter 开发板"}
+    assert {r["product"] for r in get_vector_store().products()} == {"Milk-V Jupiter 开发板"}
 
     await click(s, "接受", "好的，已按识别结果保存。")
     assert not under(s, summary)  # every button of the summary is gone

@@ -94,7 +94,7 @@ def test_retrieval_smoke_writes_reports_and_beats_naive_baseline(retrieval_smoke
     assert report["summary"]["retrieval"]["pipeline_cutoff"]["rerank_order_consistent"] == 1.0
     assert report["summary"]["splitting"]["smart_matches_import"] is True
     assert report["summary"]["disambiguation"]["questions"] == 10
-    assert "node_item_name_confirm" in report["summary"]["latency"]["nodes"]
+    assert "node_product_confirm" in report["summary"]["latency"]["nodes"]
     confirmed = [r for r in records if r["branch"] == "confirmed"]
     assert confirmed and all(r["kept"] >= 1 and "node_rerank" in r["nodes"] for r in confirmed)
     assert "## 产品确认" in (out / "report.md").read_text(encoding="utf-8")

@@ -52,7 +52,7 @@ def test_cli_folder_import_records_every_page_under_its_product(site):
     assert {p: r["product"] for p, r in pages.items()} == truth
     assert all(r["status"] == "ready" and r["chunks"] > 0 and r["original_key"] for r in pages.values())
     assert [p["product"] for p in catalog.products()] == ["Milk-V Jupiter", "Milk-V Mars", "Milk-V Mars CM"]
-    assert sorted(r["item_name"] for r in name_rows()) == ["Milk-V Jupiter", "Milk-V Mars", "Milk-V Mars CM"]
+    assert sorted(r["product"] for r in name_rows()) == ["Milk-V Jupiter", "Milk-V Mars", "Milk-V Mars CM"]
     boot = pages["mars/getting-started/boot.md"]
     assert boot["images_resolved"] > 0 and boot["images_missing"] == 0 and boot["bytes"] > 0
     agree()
@@ -96,9 +96,9 @@ def test_rename_merges_only_on_purpose_and_updates_chunks_and_names(site, api):
     renamed = api.patch("/api/products/Milk-V Mars CM", json={"new_name": "Milk-V Mars Compute Module"})
     assert renamed.status_code == 200 and renamed.json()["documents"] == 8
     s = store()
-    names = Counter(r["item_name"] for r in s.query_all(s.chunks, "chunk_id >= 0", ["item_name"]))
+    names = Counter(r["product"] for r in s.query_all(s.chunks, "chunk_id >= 0", ["product"]))
     assert "Milk-V Mars CM" not in names and names["Milk-V Mars Compute Module"] > 0
-    assert "Milk-V Mars Compute Module" in [r["item_name"] for r in name_rows()]
+    assert "Milk-V Mars Compute Module" in [r["product"] for r in name_rows()]
     agree()
     # back again, then a deliberate merge: both products' documents under one name
     assert api.patch("/api/products/Milk-V Mars Compute Module", json={"new_name": "Milk-V Mars CM"}).status_code == 200
@@ -144,7 +144,7 @@ def test_same_named_uploads_keep_both_originals_and_records(env, tmp_path, api):
     # a product per file, given by the caller, wins over recognition
     three = [("files", ("notes.md", "# 说明\n\n这是 E20C 的补充说明，足够长的一段文字。\n".encode()))]
     task = api.post("/api/upload", files=three, data={"products": json.dumps({"notes.md": "Radxa E20C"})}).json()
-    assert wait_task(api, task["task_ids"][0])["item_name"] == "Radxa E20C"
+    assert wait_task(api, task["task_ids"][0])["product"] == "Radxa E20C"
     bad = api.post("/api/upload", files=three, data={"products": "[1, 2]"})
     assert bad.status_code == 400 and "JSON 对象" in bad.json()["error"]
 
@@ -190,7 +190,7 @@ def test_an_api_upload_of_a_site_export_keeps_its_folders_for_recognition(env, t
     done = [wait_task(api, t, timeout=300) for t in tasks]
     assert all(d["status"] == "completed" for d in done), [d["error"] for d in done if d["error"]]
     truth = manifest()
-    got = {str(p.relative_to(DOCS)): d["item_name"] for p, d in zip(pages, done)}
+    got = {str(p.relative_to(DOCS)): d["product"] for p, d in zip(pages, done)}
     assert got == truth
     # nothing was stored under the client's folder names
     assert not list((tmp_path / "data" / "uploads").rglob("compute-module"))
@@ -216,11 +216,11 @@ def test_questions_over_a_recognised_site_never_guess_the_product(env, tmp_path)
     car.write_text("# 汽车使用手册\n\n欢迎选择 AITO M9。本手册介绍 M9 汽车。\n\n## 蓝牙电话\n\n"
                    "M9 的中控屏可以连接手机蓝牙，在设置中打开蓝牙并选择车辆名称完成配对。\n", encoding="utf-8")
     results = import_set(iter_import_files([site]), root=site) + import_set([car])
-    assert sorted({r.item_name for r in results}) == ["AITO M9", "Radxa E20C", "Radxa E52C"]
+    assert sorted({r.product for r in results}) == ["AITO M9", "Radxa E20C", "Radxa E52C"]
 
     off = {"web_search": False, "hyde": False}
     named = run_query("Radxa E52C 怎么恢复出厂设置？", options=off)
-    assert (named["branch"], named["item_names"]) == ("confirmed", ["Radxa E52C"])
+    assert (named["branch"], named["products"]) == ("confirmed", ["Radxa E52C"])
     vendor = run_query("Radxa 的网络小主机怎么恢复出厂设置？", options=off)
     assert vendor["branch"] == "ask" and set(vendor["candidates"]) == {"Radxa E20C", "Radxa E52C"}
     stranger = run_query("小米的扫地机器人怎么恢复出厂设置？", options=off)

@@ -19,7 +19,7 @@ async def test_events_published_on_one_replica_are_followed_on_another(redis_url
         assert not await b.open_run("s1", "bob")  # one run per session, whichever replica asks
         live = asyncio.create_task(collect(b, "s1"))
         await asyncio.sleep(0.3)  # the follower waits on the stream before anything is published
-        sent = [(101, "progress", {"node": "node_item_name_confirm"}), (102, "delta", {"delta": "按住"}),
+        sent = [(101, "progress", {"node": "node_product_confirm"}), (102, "delta", {"delta": "按住"}),
                 (103, "delta", {"delta": "RESET 键"}), (104, "final", {"answer": "按住RESET 键", "status": "completed"})]
         for seq, name, data in sent:
             await a.publish("s1", seq, name, data)

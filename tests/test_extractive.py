@@ -14,7 +14,7 @@ STEPS = ("烧录 > 烧录步骤\n\n准备一张 TF 卡。烧录前请备份数�
 
 
 def doc(content: str, title: str, **extra) -> dict:
-    return {"source": "local", "content": content, "title": title, "item_name": "产品甲", **extra}
+    return {"source": "local", "content": content, "title": title, "product": "产品甲", **extra}
 
 
 def test_a_table_row_is_quoted_under_its_header_with_its_neighbours_only():

@@ -47,10 +47,10 @@ def test_stream_yields_several_deltas(llm_server):
 
 
 def test_json_mode(llm_server):
-    llm_server.add_rule("JSON", '{"item_names": ["SKR MINI E3"]}')
+    llm_server.add_rule("JSON", '{"products": ["SKR MINI E3"]}')
     chat = _chat(llm_server).bind(response_format={"type": "json_object"})
     reply = chat.invoke("只输出 JSON")
-    assert json.loads(reply.content) == {"item_names": ["SKR MINI E3"]}
+    assert json.loads(reply.content) == {"products": ["SKR MINI E3"]}
     assert llm_server.requests[-1]["response_format"] == {"type": "json_object"}
 
 

@@ -55,10 +55,10 @@ def test_a_question_given_other_settings_is_answered_and_saved_there(other_kb):
     settings, _ = other_kb
     result = run_query("GAMMA G7 电水壶怎么除垢？", options=OFF, config={"configurable": {"settings": settings}})
     assert result["type"] == "final" and result["branch"] == "confirmed", result
-    assert result["item_names"] == [PRODUCT] and "白醋" in result["answer"]
-    assert {s["item_name"] for s in result["sources"]} == {PRODUCT}
+    assert result["products"] == [PRODUCT] and "白醋" in result["answer"]
+    assert {s["product"] for s in result["sources"]} == {PRODUCT}
     saved = get_history_store(settings).recent(result["session_id"], 10)
-    assert [m["role"] for m in saved] == ["user", "assistant"] and saved[0]["item_names"] == [PRODUCT]
+    assert [m["role"] for m in saved] == ["user", "assistant"] and saved[0]["products"] == [PRODUCT]
     assert get_history_store().recent(result["session_id"], 10) == []
     # the process's own knowledge base does not know the product
     assert run_query("GAMMA G7 电水壶怎么除垢？", options=OFF)["branch"] == "refuse"
@@ -69,7 +69,7 @@ def test_service_objects_handed_in_are_the_ones_used(other_kb):
     given = {"vector_store": get_vector_store(settings), "history_store": get_history_store(settings),
              "reranker": OfflineReranker(settings)}
     result = run_query("GAMMA G7 电水壶怎么保温？", options=OFF, config={"configurable": given})
-    assert result["item_names"] == [PRODUCT] and "六十摄氏度" in result["answer"]
+    assert result["products"] == [PRODUCT] and "六十摄氏度" in result["answer"]
     assert len(get_history_store(settings).recent(result["session_id"], 10)) == 2
 
 

@@ -70,15 +70,15 @@ def test_message_fields_and_update(store):
     assert isinstance(message_id, str)
     (msg,) = store.recent("s1")
     assert msg["id"] == message_id and isinstance(msg["ts"], float)
-    assert {k: msg[k] for k in ("session_id", "role", "text", "rewritten_query", "item_names", "image_urls",
+    assert {k: msg[k] for k in ("session_id", "role", "text", "rewritten_query", "products", "image_urls",
                                 "status")} == {
         "session_id": "s1", "role": "user", "text": "洗衣机怎么清洗滤网？", "rewritten_query": "",
-        "item_names": [], "image_urls": [], "status": "complete"}
+        "products": [], "image_urls": [], "status": "complete"}
 
-    assert store.update_message(message_id, rewritten_query="X1 洗衣机如何清洗滤网", item_names=["X1"],
+    assert store.update_message(message_id, rewritten_query="X1 洗衣机如何清洗滤网", products=["X1"],
                                 status="streaming") is True
     (msg,) = store.recent("s1")
-    assert (msg["rewritten_query"], msg["item_names"], msg["status"]) == ("X1 洗衣机如何清洗滤网", ["X1"], "streaming")
+    assert (msg["rewritten_query"], msg["products"], msg["status"]) == ("X1 洗衣机如何清洗滤网", ["X1"], "streaming")
 
     assert store.update_message("0" * 24, text="x") is False
     with pytest.raises(ValidationError):
@@ -90,19 +90,19 @@ def test_message_fields_and_update(store):
 
 
 def test_backfill_touches_only_missing_empty_or_null(store):
-    ids = {name: store.add_message("s1", "user", name, item_names=names)
+    ids = {name: store.add_message("s1", "user", name, products=names)
            for name, names in [("empty", []), ("kept", ["A"]), ("nulled", [])]}
-    store.update_message(ids["nulled"], item_names=None)
+    store.update_message(ids["nulled"], products=None)
     with store.db.collection(HISTORY_COLLECTION, "test") as messages:
         messages.insert_one({"session_id": "s1", "role": "user", "text": "missing", "ts": time.time()})
     other = store.add_message("s2", "user", "other session")
 
-    assert store.backfill_item_names("s1", ["B"]) == 3
-    assert {m["text"]: m["item_names"] for m in store.recent("s1")} == {
+    assert store.backfill_products("s1", ["B"]) == 3
+    assert {m["text"]: m["products"] for m in store.recent("s1")} == {
         "empty": ["B"], "kept": ["A"], "nulled": ["B"], "missing": ["B"]}
-    assert store.recent("s2")[0]["id"] == other and store.recent("s2")[0]["item_names"] == []
-    assert store.backfill_item_names("s1", ["C"]) == 0
-    assert store.backfill_item_names("s2", []) == 0
+    assert store.recent("s2")[0]["id"] == other and store.recent("s2")[0]["products"] == []
+    assert store.backfill_products("s1", ["C"]) == 0
+    assert store.backfill_products("s2", []) == 0
 
 
 def test_sessions_are_isolated_listed_and_deleted(store):

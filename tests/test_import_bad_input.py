@@ -105,7 +105,7 @@ def test_markdown_in_other_encodings_is_decoded(fresh_data, tmp_path, encoding):
     for phrase in ("苏伯尓 C21 是一款 2100W 的家用电磁炉", "E2 表示炉面过热", "不要用水直接冲洗"):
         assert phrase in content
     assert "\ufeff" not in content and all(c["title"].startswith("苏伯尓 C21 电磁炉") for c in chunks)
-    assert "苏伯尓" in result.item_name
+    assert "苏伯尓" in result.product
 
 
 def test_product_and_file_names_with_quotes_backslashes_newlines(fresh_data, tmp_path):
@@ -114,14 +114,14 @@ def test_product_and_file_names_with_quotes_backslashes_newlines(fresh_data, tmp
     md = write_md(tmp_path / "说明书 \"X1\" it's \\ v2.md", MANUAL)
     first = run_import(md, product=product)
     assert first.status == "completed", first.error
-    assert first.item_name == stored_name
+    assert first.product == stored_name
     s = store()
-    by_name = s.query(s.chunks, eq_filter("item_name", stored_name), ["file_title", "item_name"])
+    by_name = s.query(s.chunks, eq_filter("product", stored_name), ["file_title", "product"])
     assert len(by_name) == first.chunks > 0
     assert {r["file_title"] for r in by_name} == {"说明书 \"X1\" it's \\ v2"}
-    assert [r["item_name"] for r in name_rows(eq_filter("item_name", stored_name))] == [stored_name]
+    assert [r["product"] for r in name_rows(eq_filter("product", stored_name))] == [stored_name]
     # The same product name given with other blanks is the same product.
-    assert s.count(s.chunks, eq_filter("item_name", product)) == first.chunks
+    assert s.count(s.chunks, eq_filter("product", product)) == first.chunks
 
     again = run_import(md, product=product)
     assert again.chunks == first.chunks and len(doc_chunks(first.doc_id)) == first.chunks
@@ -138,7 +138,7 @@ def test_overlong_title_makes_a_name_that_fits(fresh_data, tmp_path):
     md = write_md(tmp_path / "长标题.md", "# SKR " + "超长的标题文字" * 600 + "\n\n正文说明。\n")
     result = run_import(md)
     assert result.status == "completed", result.error
-    assert 0 < len(result.item_name) <= 100 and result.item_name.startswith("SKR")
+    assert 0 < len(result.product) <= 100 and result.product.startswith("SKR")
     assert_consistent()
 
 
@@ -237,7 +237,7 @@ def test_failed_write_keeps_the_previous_version(fresh_data, tmp_path, fail_at):
     stored = doc_chunks(old.doc_id)
     assert sorted(c["chunk_id"] for c in stored) == old_ids  # the old version, untouched
     assert sorted(c["content"] for c in stored) == old_contents
-    assert [r["item_name"] for r in name_rows()] == [old.item_name]
+    assert [r["product"] for r in name_rows()] == [old.product]
     assert_consistent()
 
     new = run_import(md)
@@ -277,17 +277,17 @@ def test_renamed_product_keeps_a_name_another_document_still_uses(fresh_data, tm
     b = write_md(tmp_path / "b" / "manual.md", MANUAL.replace("C21", "C22"))
     ra = run_import(a, product="苏伯尓电磁炉")
     rb = run_import(b, product="苏伯尓电磁炉")
-    assert [r["item_name"] for r in name_rows()] == ["苏伯尓电磁炉"]  # one row per product name
+    assert [r["product"] for r in name_rows()] == ["苏伯尓电磁炉"]  # one row per product name
     assert_consistent()
 
     rb2 = run_import(b, product="苏伯尓 C22 电磁炉")  # b turns out to be another product
     assert rb2.status == "completed"
-    assert sorted(r["item_name"] for r in name_rows()) == ["苏伯尓 C22 电磁炉", "苏伯尓电磁炉"]
-    assert {c["item_name"] for c in doc_chunks(ra.doc_id)} == {"苏伯尓电磁炉"}
+    assert sorted(r["product"] for r in name_rows()) == ["苏伯尓 C22 电磁炉", "苏伯尓电磁炉"]
+    assert {c["product"] for c in doc_chunks(ra.doc_id)} == {"苏伯尓电磁炉"}
     assert_consistent()
 
     store().delete_document(rb.doc_id)
-    assert [r["item_name"] for r in name_rows()] == ["苏伯尓电磁炉"]
+    assert [r["product"] for r in name_rows()] == ["苏伯尓电磁炉"]
     store().delete_document(ra.doc_id)
     assert name_rows() == []
 

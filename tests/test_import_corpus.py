@@ -49,12 +49,12 @@ def test_every_manual_imports(corpus_results):
     assert sorted(corpus_results) == sorted(p.stem for p in CORPUS_DOCS)
     for stem, r in corpus_results.items():
         assert r.status == "completed" and not r.error, (stem, r.error)
-        assert r.chunks > 0 and r.item_name and r.doc_id
+        assert r.chunks > 0 and r.product and r.doc_id
         stored = doc_chunks(r.doc_id)
         assert len(stored) == r.chunks, stem  # what the result reports is what Milvus holds
         assert {c["file_title"] for c in stored} == {stem}
         assert set(r.node_seconds) >= {"node_entry", "node_md_img", "node_document_split",
-                                       "node_item_name_recognition", "node_bge_embedding", "node_import_milvus"}
+                                       "node_product_recognition", "node_bge_embedding", "node_import_milvus"}
     assert_consistent()
 
 
@@ -64,8 +64,8 @@ def test_every_chunk_has_its_fields_and_fits(corpus_results, product_of):
             assert 0 < len(c["content"]) <= 2000, (stem, c["title"], len(c["content"]))
             assert c["title"].strip() and c["parent_title"].strip(), (stem, c)
             assert isinstance(c["part"], int) and c["part"] >= 1
-            assert c["item_name"] == product_of[stem]
-    assert sorted(r["item_name"] for r in name_rows()) == sorted(set(product_of.values()))
+            assert c["product"] == product_of[stem]
+    assert sorted(r["product"] for r in name_rows()) == sorted(set(product_of.values()))
 
 
 def test_hash_lines_in_code_fences_stay_code(corpus_results):
@@ -132,7 +132,7 @@ def test_pdf_chunks_are_stored_with_their_pages(corpus_results):
         else:
             assert all(c["page_start"] == c["page_end"] == 0 for c in rows), path.name
     v3 = corpus_results["BTT SKR MINI E3 V3.0使用手册"]
-    hits = search_chunks(QueryConfiguration(), "主板固件怎么更新", [v3.item_name])
+    hits = search_chunks(QueryConfiguration(), "主板固件怎么更新", [v3.product])
     assert hits and all(h["page_start"] >= 1 for h in hits)
 
 
@@ -153,7 +153,7 @@ def _snapshot() -> tuple[dict, list]:
     rows = s.query(s.chunks, "chunk_id >= 0", ["doc_id", "content"])
     per_doc = Counter(r["doc_id"] for r in rows)
     contents = {d: sorted(r["content"] for r in rows if r["doc_id"] == d) for d in per_doc}
-    return contents, sorted((r["doc_id"], r["item_name"]) for r in name_rows())
+    return contents, sorted((r["doc_id"], r["product"]) for r in name_rows())
 
 
 def test_reimporting_the_corpus_changes_no_counts(fresh_data):
@@ -161,8 +161,8 @@ def test_reimporting_the_corpus_changes_no_counts(fresh_data):
     assert all(r.status == "completed" for r in first.values())
     before = _snapshot()
     again = {p.stem: run_import(p) for p in CORPUS_DOCS}
-    assert {k: (r.chunks, r.item_name, r.doc_id) for k, r in again.items()} == \
-           {k: (r.chunks, r.item_name, r.doc_id) for k, r in first.items()}
+    assert {k: (r.chunks, r.product, r.doc_id) for k, r in again.items()} == \
+           {k: (r.chunks, r.product, r.doc_id) for k, r in first.items()}
     assert _snapshot() == before
     assert len(name_rows()) == len(CORPUS_DOCS)
     assert_consistent()
@@ -207,7 +207,7 @@ def test_cli_reports_each_file_and_fails_after_trying_all(tmp_path):
     assert [Path(r["file"]).name for r in lines] == ["a_blank.md", "b_good.md", "表格.xlsx", missing.name]
     blank, good, docx, gone = lines
     assert blank["status"] == "failed" and "没有任何文字内容" in blank["error"]
-    assert good["status"] == "completed" and good["chunks"] > 0 and good["item_name"] == "Sipeed MF1"
+    assert good["status"] == "completed" and good["chunks"] > 0 and good["product"] == "Sipeed MF1"
     assert docx["status"] == "failed" and "不支持的文件类型" in docx["error"]
     assert gone["status"] == "failed" and "文件不存在" in gone["error"]
 

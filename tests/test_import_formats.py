@@ -53,12 +53,12 @@ def ask(question: str) -> dict:
 
 def assert_answered_with_pictures(word_doc_key: str, web_doc_key: str) -> None:
     panel = ask(f"{WORD_PRODUCT}的控制面板是什么样的？")
-    assert panel["item_names"] == [WORD_PRODUCT]
+    assert panel["products"] == [WORD_PRODUCT]
     assert f"/kb-files/upload-images/{word_doc_key}/image-001.png" in panel["image_urls"]
     codes = ask(f"{WORD_PRODUCT} 显示 E2 是什么意思？")
     assert "E2 | 炉面过热" in codes["sources"][0]["content"]  # the table's row, found as the first source
     back = ask(f"{WEB_PRODUCT}的背面散热孔在哪里？")
-    assert back["item_names"] == [WEB_PRODUCT]
+    assert back["products"] == [WEB_PRODUCT]
     assert any(u.startswith(f"/kb-files/upload-images/{web_doc_key}/") for u in back["image_urls"]), back["image_urls"]
 
 
@@ -185,8 +185,8 @@ def test_cli_imports_word_and_web_manuals_answered_with_their_pictures(env, tmp_
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     word, web = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert (word["status"], word["item_name"], word["images_uploaded"]) == ("completed", WORD_PRODUCT, 2)
-    assert (web["status"], web["item_name"], web["images_uploaded"]) == ("completed", WEB_PRODUCT, 2)
+    assert (word["status"], word["product"], word["images_uploaded"]) == ("completed", WORD_PRODUCT, 2)
+    assert (web["status"], web["product"], web["images_uploaded"]) == ("completed", WEB_PRODUCT, 2)
     assert word["chunks"] >= 3 and web["chunks"] >= 3 and "node_doc_to_md" in word["node_seconds"]
 
     env(DATA_DIR=str(data))
@@ -210,17 +210,17 @@ def test_api_upload_of_word_and_web_manuals(api, env, tmp_path):  # noqa: F811
     reply = api.post("/api/upload", files=files)
     assert reply.status_code == 200, reply.text
     task_ids = reply.json()["task_ids"]
-    assert [(s["status"], s["item_name"]) for s in (wait_task(api, t) for t in task_ids)] == [
+    assert [(s["status"], s["product"]) for s in (wait_task(api, t) for t in task_ids)] == [
         ("completed", WORD_PRODUCT), ("completed", WEB_PRODUCT)]
     word, web = [get_task_store().get(t)["result"] for t in task_ids]
     assert word["images_uploaded"] == 2
     # an upload may not use files beside it: the page's panel.png is missing, its embedded picture is not
     assert (web["images_uploaded"], web["missing_images"]) == (1, ["panel.png"])
     answer = api.post("/api/query", json={"query": f"{WORD_PRODUCT}的控制面板是什么样的？"}).json()
-    assert answer["status"] == "completed" and answer["item_names"] == [WORD_PRODUCT]
+    assert answer["status"] == "completed" and answer["products"] == [WORD_PRODUCT]
     assert any(u.endswith("/image-001.png") for u in answer["image_urls"]), answer["image_urls"]
     back = api.post("/api/query", json={"query": f"{WEB_PRODUCT}的背面散热孔在哪里？"}).json()
-    assert back["item_names"] == [WEB_PRODUCT] and back["image_urls"]
+    assert back["products"] == [WEB_PRODUCT] and back["image_urls"]
 
 
 def test_text_manual_is_decoded_and_sanitised(fresh_data, tmp_path):
@@ -249,7 +249,7 @@ def test_every_format_is_sanitised(fresh_data, tmp_path):
         result = run_import(path)
         assert result.status == "completed", result.error
         chunks += doc_chunks(result.doc_id)
-    joined = "".join(c["content"] + c["title"] + c["item_name"] for c in chunks)
+    joined = "".join(c["content"] + c["title"] + c["product"] for c in chunks)
     assert not re.search("[\u200b\ufeff\u202e\u00ad\ue000]", joined) and unicodedata.is_normalized("NFC", joined)
     assert "额定功率 2300W" in joined and "苏伯尓 C23 电磁炉" in joined
     assert "额定功率 2400W，适合 café 使用。" in joined and "苏伯尓 C24 电磁炉" in joined

@@ -119,12 +119,12 @@ def test_import_with_bge_m3_and_reopen_with_another_embedder(env, fresh_data, ti
     assert s.embedder.name == "bge-m3"
     described = json.loads(s.client.describe_collection(s.chunks)["description"])
     assert described == {"embedder": "bge-m3", "dim": TINY_HIDDEN}
-    stored = s.query(s.chunks, f'doc_id == "{result.doc_id}"', ["sparse", "item_name"])
+    stored = s.query(s.chunks, f'doc_id == "{result.doc_id}"', ["sparse", "product"])
     assert len(stored) == result.chunks and all(r["sparse"] for r in stored)
     vec = get_embedder().embed_query("电磁炉 插座")
     hits = s.hybrid_search(s.chunks, vec, "电磁炉 插座", limit=3)
     assert hits and {h["doc_id"] for h in hits} == {result.doc_id}
-    assert [r["item_name"] for r in name_rows()] == [result.item_name]
+    assert [r["product"] for r in name_rows()] == [result.product]
     assert_consistent()
 
     env(BGE_M3_PATH="")  # the same data dir, now with the offline embedder
@@ -292,41 +292,41 @@ def test_product_name_prompt_holds_the_first_three_chunks(fresh_data, llm, tmp_p
     llm.add_rule(NAME_PROMPT, "  苏伯尓 C21\n电磁炉 ")
     result = run_import(write_md(tmp_path / "c21.md", PRODUCT_MD))
     assert result.status == "completed" and result.chunks >= 4
-    assert result.item_name == "苏伯尓C21电磁炉"  # the seed strips blanks from a Chinese name
+    assert result.product == "苏伯尓C21电磁炉"  # the seed strips blanks from a Chinese name
     (request,) = requests_with(llm, NAME_PROMPT)
     text = user_text(request)
     assert "“c21”" in text
     assert "【片段1】" in text and "【片段3】" in text and "【片段4】" not in text
     context = text.split("开头的几个片段：\n\n", 1)[1].split("\n\n请识别", 1)[0]
     assert len(context) == 2500  # three ~1,100-character chunks, cut at the limit
-    assert {c["item_name"] for c in doc_chunks(result.doc_id)} == {"苏伯尓C21电磁炉"}
-    assert [r["item_name"] for r in name_rows()] == ["苏伯尓C21电磁炉"]
+    assert {c["product"] for c in doc_chunks(result.doc_id)} == {"苏伯尓C21电磁炉"}
+    assert [r["product"] for r in name_rows()] == ["苏伯尓C21电磁炉"]
 
 
 def test_latin_product_name_stays_on_one_line(fresh_data, llm, tmp_path):
     llm.add_rule(NAME_PROMPT, "Milk-V\nDuo\t S")
     result = run_import(write_md(tmp_path / "duo.md", "# Duo S\n\nMilk-V Duo S, a tiny RISC-V board.\n"))
-    assert result.item_name == "Milk-V Duo S"
+    assert result.product == "Milk-V Duo S"
     assert_consistent()
 
 
 @pytest.mark.parametrize("behaviour", [{"reply": ""}, {"reply": "空字符串"}, {"reply": "x", "status": 500}])
 def test_empty_or_failed_reply_falls_back_to_the_offline_name(env, fresh_data, tmp_path, behaviour):
     md = write_md(tmp_path / "c21.md", PRODUCT_MD)
-    offline = run_import(md).item_name
+    offline = run_import(md).product
     assert offline and "电磁炉" in offline
     with ScriptedOpenAI() as server:
         env(OPENAI_API_KEY="test-key", OPENAI_API_BASE=server.base_url)
         server.add_rule(NAME_PROMPT, behaviour["reply"], status=behaviour.get("status"))
         result = run_import(md)
         assert requests_with(server, NAME_PROMPT)
-    assert result.status == "completed" and result.item_name == offline
+    assert result.status == "completed" and result.product == offline
 
 
 def test_user_product_overrides_the_model(fresh_data, llm, tmp_path):
     llm.add_rule(NAME_PROMPT, "模型给的名字")
     result = run_import(write_md(tmp_path / "c21.md", PRODUCT_MD), product=" 我的\n电磁炉 ")
-    assert result.item_name == "我的 电磁炉"
+    assert result.product == "我的 电磁炉"
     assert requests_with(llm, NAME_PROMPT) == []
 
 

@@ -13,7 +13,7 @@ from import_fixtures import Killed, fresh_data, store, write_md  # noqa: F401 - 
 from services.settings import get_settings
 from services.task_store import INTERRUPTED_ERROR, TaskStore, get_task_store
 
-MD_NODES = ["node_entry", "node_md_img", "node_document_split", "node_item_name_recognition",
+MD_NODES = ["node_entry", "node_md_img", "node_document_split", "node_product_recognition",
             "node_bge_embedding", "node_import_milvus"]
 PDF_NODES = MD_NODES[:1] + ["node_pdf_to_md"] + MD_NODES[1:]
 SLOW_NODES = {"node_pdf_to_md", "node_md_img", "node_bge_embedding", "node_import_milvus"}
@@ -65,7 +65,7 @@ def test_markdown_import_reports_every_node_and_persists_the_task(fresh_data):
     restarted = TaskStore(get_settings())  # what a new process sees
     task = restarted.get(task_id)
     assert task["status"] == "completed" and task["done_list"] == MD_NODES and task["running_list"] == []
-    assert task["result"]["chunks"] == result.chunks and task["result"]["item_name"] == result.item_name
+    assert task["result"]["chunks"] == result.chunks and task["result"]["product"] == result.product
     assert task["error"] == ""
 
 

@@ -82,7 +82,7 @@ def test_question_through_both_servers_answers_as_in_process(env, server, produc
     env(EMBEDDINGS_URL=server.base_url, EMBEDDINGS_MODEL="use-m3", RERANK_URL=server.rerank_url)
     before = len(server.requests)
     remote = run_query(QUESTION, options=OFF)
-    assert remote["type"] == "final" and remote["item_names"] == [product_of["duos"]]
+    assert remote["type"] == "final" and remote["products"] == [product_of["duos"]]
     # the same vectors retrieve the same chunks
     assert [r["chunk_id"] for r in remote["rrf"]] == [r["chunk_id"] for r in local["rrf"]]
     # a rerank server sees only texts (no stored vectors), and its scores decide the order
@@ -179,7 +179,7 @@ def test_import_while_the_embeddings_server_fails_writes_nothing_then_succeeds(f
     done = run_import(md)
     assert done.status == "completed", done.error
     assert len(doc_chunks(done.doc_id)) == done.chunks >= 1
-    assert [r["item_name"] for r in name_rows()] == [done.item_name]
+    assert [r["product"] for r in name_rows()] == [done.product]
     assert any(b["input"] for p, b in server.requests if p == "/v1/embeddings")
 
 

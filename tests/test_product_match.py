@@ -78,7 +78,7 @@ def test_a_family_mention_asks_among_its_models_and_a_written_out_unknown_model_
 
 def test_decisions_for_an_unknown_product_and_a_family():
     from graphs.query.configuration import QueryConfiguration
-    from graphs.query.nodes.item_name_confirm import decide
+    from graphs.query.nodes.product_confirm import decide
 
     cfg = QueryConfiguration()
     catalogue = ["Radxa E20C", "Radxa E52C", "AITO M9"]

@@ -69,7 +69,7 @@ def own_kb(tmp_path_factory):
         kettle = run_import(root / "kettle.md", product=KETTLE_TYPED)
         oven = run_import(root / "oven.md", product="BETA 烤箱")
         assert (kettle.status, oven.status) == ("completed", "completed"), (kettle.error, oven.error)
-        assert kettle.item_name == KETTLE and kettle.images_uploaded == 1
+        assert kettle.product == KETTLE and kettle.images_uploaded == 1
         yield root
     reload_settings()
 
@@ -77,8 +77,8 @@ def own_kb(tmp_path_factory):
 @pytest.mark.parametrize("pinned", [KETTLE, KETTLE_TYPED])
 def test_pinned_name_with_quotes_backslash_and_newline_filters_its_chunks(own_kb, pinned):
     result = run_query("怎么清除水垢？", product=pinned, options=OFF)
-    assert (result["branch"], result["item_names"], result["decision"]["method"]) == ("confirmed", [KETTLE], "pinned")
-    assert result["sources"] and {s["item_name"] for s in result["sources"]} == {KETTLE}
+    assert (result["branch"], result["products"], result["decision"]["method"]) == ("confirmed", [KETTLE], "pinned")
+    assert result["sources"] and {s["product"] for s in result["sources"]} == {KETTLE}
     assert "白醋" in result["answer"]
     assert result["image_urls"] and result["image_urls"][0].endswith("descale.png")
 
@@ -100,15 +100,15 @@ def test_cli_json_prints_the_final_state_summary(own_kb):
     run = cli("怎么清除水垢？", "--product", KETTLE, "--no-web", "--json")
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
-    assert (out["status"], out["branch"], out["item_names"], out["candidates"]) == ("completed", "confirmed", [KETTLE], [])
+    assert (out["status"], out["branch"], out["products"], out["candidates"]) == ("completed", "confirmed", [KETTLE], [])
     assert out["rrf"] and all(isinstance(r["score"], float) and r["chunk_id"] for r in out["rrf"])
     assert [r["score"] for r in out["rrf"]] == sorted((r["score"] for r in out["rrf"]), reverse=True)
     assert out["rerank"] and out["cutoff"] == len(out["rerank"]) <= len(out["rerank_scores"]) == len(out["rrf"])
     assert [r["score"] for r in out["rerank"]] == out["rerank_scores"][:out["cutoff"]]
     assert out["rerank_scorer"] == "offline:lexical"
-    assert {r["item_name"] for r in out["rerank"]} == {KETTLE}
+    assert {r["product"] for r in out["rerank"]} == {KETTLE}
     assert out["image_urls"] and out["image_urls"][0].endswith("descale.png")
-    assert set(out["node_seconds"]) == {"node_load_history", "node_save_history", "node_item_name_confirm", "node_plan", "node_search_embedding",
+    assert set(out["node_seconds"]) == {"node_load_history", "node_save_history", "node_product_confirm", "node_plan", "node_search_embedding",
                                         "node_search_embedding_hyde", "node_web_search_mcp", "node_rrf", "node_rerank",
                                         "node_grade", "node_answer_output"}
     assert (out["grade"]["route"], out["sub_questions"], out["rewrite"]) == ("answer", [], None)

@@ -55,12 +55,12 @@ def test_comparison_is_split_per_product_and_keeps_both_mcu_passages(product_of,
     result = ask(COMPARE_Q)
     skr = {stem: product_of[stem] for stem in MCU}
     subs = result["sub_questions"]
-    assert [s["item_names"] for s in subs] == [[skr["BTT SKR MINI E3 V2.0使用手册"]], [skr["BTT SKR MINI E3 V3.0使用手册"]]]
+    assert [s["products"] for s in subs] == [[skr["BTT SKR MINI E3 V2.0使用手册"]], [skr["BTT SKR MINI E3 V3.0使用手册"]]]
     assert all("主控芯片" in s["question"] for s in subs)
-    assert result["plan"]["complexity"] == "complex" and sorted(result["item_names"]) == sorted(skr.values())
+    assert result["plan"]["complexity"] == "complex" and sorted(result["products"]) == sorted(skr.values())
     for stem, chip in MCU.items():  # each product's own passage naming its MCU is a source
-        assert any(s["item_name"] == skr[stem] and chip in s["content"] for s in result["sources"]), stem
-    assert {s["item_name"] for s in result["sources"][:2]} == set(skr.values())  # taken in turns
+        assert any(s["product"] == skr[stem] and chip in s["content"] for s in result["sources"]), stem
+    assert {s["product"] for s in result["sources"][:2]} == set(skr.values())  # taken in turns
     assert result["answer"] and not result["answer"].startswith("抱歉")
     done = result["done_list"]
     assert done.count("node_sub_question") == 2 and "node_rerank" not in done and "node_grade" not in done
@@ -71,7 +71,7 @@ def test_comparison_is_split_per_product_and_keeps_both_mcu_passages(product_of,
     assert query_cli([COMPARE_Q, "--json", "--no-web", "--no-hyde"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [s["question"] for s in out["sub_questions"]] == [s["question"] for s in subs]
-    assert {s["item_name"] for s in out["sources"]} == set(skr.values())
+    assert {s["product"] for s in out["sources"]} == set(skr.values())
 
 
 def test_weak_evidence_takes_exactly_one_rewrite_then_says_it_does_not_know(product_of):
@@ -116,7 +116,7 @@ def test_a_question_split_into_its_parts_keeps_its_own_retrieval_first(product_o
     result = ask(question)
     assert len(result["sub_questions"]) == 2 and result["done_list"].count("node_sub_question") == 3
     whole = whole_branch(result)
-    assert (whole["index"], whole["question"], whole["item_names"]) == (0, question, [product_of[stem]])
+    assert (whole["index"], whole["question"], whole["products"]) == (0, question, [product_of[stem]])
     # the whole question's passages lead, in its own order; the parts' passages follow
     kept = [h["chunk_id"] for h in whole["hits"]]
     assert [s["chunk_id"] for s in result["sources"][:len(kept)]] == kept
@@ -126,9 +126,9 @@ def test_a_question_split_into_its_parts_keeps_its_own_retrieval_first(product_o
 
 
 def test_only_a_split_that_keeps_its_products_fans_out_the_whole_question():
-    subs = [{"question": "a？", "item_names": ["X"]}, {"question": "b？", "item_names": ["X"]}]
+    subs = [{"question": "a？", "products": ["X"]}, {"question": "b？", "products": ["X"]}]
     assert [b["index"] for b in evidence_branches("a？b？", ["X"], subs)] == [0, 1, 2]
-    per_product = [{"question": "X 的主控？", "item_names": ["X"]}, {"question": "Y 的主控？", "item_names": ["Y"]}]
+    per_product = [{"question": "X 的主控？", "products": ["X"]}, {"question": "Y 的主控？", "products": ["Y"]}]
     assert [b.get("whole", False) for b in evidence_branches("X 和 Y 的区别？", ["X", "Y"], per_product)] == [False, False]
     assert evidence_branches("a？", ["X"], []) == []
 
@@ -200,12 +200,12 @@ def test_planning_rules_on_differently_shaped_names():
     # a bare second version names the sibling ("V3.0" alone would be swallowed by the longer mention)
     assert named_products(COMPARE_Q, [PRODUCTS[1]], PRODUCTS) == PRODUCTS[:2]
     mf = plan_question("MF1 V1 和 V2 有什么不同？", ["MF1模块 V1"], PRODUCTS)
-    assert [s["item_names"] for s in mf["sub_questions"]] == [["MF1模块 V1"], ["Sipeed MF1 模块 V2"]]
+    assert [s["products"] for s in mf["sub_questions"]] == [["MF1模块 V1"], ["Sipeed MF1 模块 V2"]]
     duo = plan_question("Duo 和 Duo S 哪个内存更大？", ["Milk-V Duo", "Milk-V Duo S"], PRODUCTS)
     assert [s["question"] for s in duo["sub_questions"]] == ["Milk-V Duo 的内存更大？", "Milk-V Duo S 的内存更大？"]
     parts = plan_question("Duo S 的 LED 和按键分别对应哪个 GPIO？", ["Milk-V Duo S"], PRODUCTS)
     assert [s["question"] for s in parts["sub_questions"]] == ["Duo S 的LED对应哪个 GPIO？", "Duo S 的按键对应哪个 GPIO？"]
-    assert all(s["item_names"] == ["Milk-V Duo S"] for s in parts["sub_questions"])
+    assert all(s["products"] == ["Milk-V Duo S"] for s in parts["sub_questions"])
     assert plan_question(GOOD_Q, ["Milk-V Duo S"], PRODUCTS)["complexity"] == "simple"
     assert plan_question("Duo S 和电脑怎么连接？", ["Milk-V Duo S"], PRODUCTS)["complexity"] == "simple"
 
@@ -216,7 +216,7 @@ def test_grading_scores_the_question_without_its_product():
 
 
 def test_feedback_terms_take_heading_words_and_skip_known_ones():
-    docs = [{"score": 0.5, "item_name": "Milk-V Duo S", "file_title": "duos", "title": "Duo S > 供电 > POE 模块",
+    docs = [{"score": 0.5, "product": "Milk-V Duo S", "file_title": "duos", "title": "Duo S > 供电 > POE 模块",
              "parent_title": "Duo S > 供电", "content": "使用 POE 模块供电时，网口同时供电。POE 模块需单独购买。"}]
     terms = feedback_terms("Duo S 的网口能供电吗？", docs)
     assert "poe" in terms and "模块" in terms and "供电" not in terms and "duo" not in terms
@@ -285,15 +285,15 @@ def test_model_grade_unusable_falls_back_to_the_offline_rule(model, product_of, 
 
 def test_model_plans_a_comparison_and_a_bad_plan_falls_back_to_rules(model, product_of):
     v2, v3 = product_of["BTT SKR MINI E3 V2.0使用手册"], product_of["BTT SKR MINI E3 V3.0使用手册"]
-    planned = [{"question": "SKR MINI E3 V2.0 用的是哪颗 MCU？", "item_name": v2},
-               {"question": "SKR MINI E3 V3.0 用的是哪颗 MCU？", "item_name": v3}]
+    planned = [{"question": "SKR MINI E3 V2.0 用的是哪颗 MCU？", "product": v2},
+               {"question": "SKR MINI E3 V3.0 用的是哪颗 MCU？", "product": v3}]
     model.on_kind("问题规划助手", {"complexity": "complex", "reason": "比较两款主板", "sub_questions": planned}, times=1)
     result = ask(COMPARE_Q)
     assert result["plan"]["method"] == "model"
-    assert result["sub_questions"] == [{"question": p["question"], "item_names": [p["item_name"]]} for p in planned]
+    assert result["sub_questions"] == [{"question": p["question"], "products": [p["product"]]} for p in planned]
     assert len(model.requests("grade")) == 2  # each sub-question graded, none rewritten
-    assert not model.requests("rewrite_plan") and {s["item_name"] for s in result["sources"]} == {v2, v3}
+    assert not model.requests("rewrite_plan") and {s["product"] for s in result["sources"]} == {v2, v3}
     model.on_kind("问题规划助手", {"complexity": "complex", "reason": "", "sub_questions": [
-        {"question": "不存在的产品怎么样？", "item_name": "不存在的产品"}, planned[0]]})
+        {"question": "不存在的产品怎么样？", "product": "不存在的产品"}, planned[0]]})
     again = ask(COMPARE_Q)
     assert again["plan"]["method"] == "rules" and len(again["sub_questions"]) == 2

@@ -32,13 +32,13 @@ def ask(question: str, **kwargs) -> dict:
 
 
 def rewrite_duos(model, product_of) -> None:
-    model.on_rewrite(DUOS_Q, {"item_names": [product_of["duos"]], "rewritten_query": DUOS_REWRITTEN})
+    model.on_rewrite(DUOS_Q, {"products": [product_of["duos"]], "rewritten_query": DUOS_REWRITTEN})
 
 
 def test_all_three_calls_and_their_request_shape(model, product_of):
     rewrite_duos(model, product_of)
     result = ask(DUOS_Q, options={"web_search": False})
-    assert (result["branch"], result["item_names"]) == ("confirmed", [product_of["duos"]])
+    assert (result["branch"], result["products"]) == ("confirmed", [product_of["duos"]])
     assert result["rewritten_query"] == DUOS_REWRITTEN and result["decision"]["method"] == "llm+lexical"
     (rewrite,), (hyde,), (answer,) = model.requests("rewrite"), model.requests("hyde"), model.requests("answer")
     assert all(body["enable_thinking"] is False for body in model.server.requests)
@@ -73,9 +73,9 @@ def test_history_dates_are_readable_in_the_rewrite_prompt(model, product_of):
     session = uuid.uuid4().hex
     rewrite_duos(model, product_of)
     ask(DUOS_Q, session_id=session, options={"web_search": False, "hyde": False})
-    model.on_rewrite("它的内存有多大？", {"item_names": [product_of["duos"]], "rewritten_query": "Milk-V Duo S 的内存有多大？"})
+    model.on_rewrite("它的内存有多大？", {"products": [product_of["duos"]], "rewritten_query": "Milk-V Duo S 的内存有多大？"})
     follow = ask("它的内存有多大？", session_id=session, options={"web_search": False, "hyde": False})
-    assert (follow["branch"], follow["item_names"]) == ("confirmed", [product_of["duos"]])
+    assert (follow["branch"], follow["products"]) == ("confirmed", [product_of["duos"]])
     assert follow["rewritten_query"] == "Milk-V Duo S 的内存有多大？"
     prompt = user_text(model.requests("rewrite")[-1])
     first = get_history_store().recent(session)[0]
@@ -86,9 +86,9 @@ def test_history_dates_are_readable_in_the_rewrite_prompt(model, product_of):
 
 
 @pytest.mark.parametrize("reply, names, rewritten, method", [
-    ('```json\n{"item_names": ["Milk-V Duo S"], "rewritten_query": "Milk-V Duo S 的以太网口是否支持 PoE 供电？"}\n```',
+    ('```json\n{"products": ["Milk-V Duo S"], "rewritten_query": "Milk-V Duo S 的以太网口是否支持 PoE 供电？"}\n```',
      ["Milk-V Duo S"], DUOS_REWRITTEN, "llm+lexical"),
-    ('{"item_names": "Milk-V Duo S"}', ["Milk-V Duo S"], DUOS_Q, "llm+lexical"),  # a bare name; no rewrite
+    ('{"products": "Milk-V Duo S"}', ["Milk-V Duo S"], DUOS_Q, "llm+lexical"),  # a bare name; no rewrite
     ('{"rewritten_query": "Milk-V Duo S 的以太网口是否支持 PoE 供电？"}', ["Milk-V Duo S"], DUOS_REWRITTEN, "llm+lexical"),
     ("{}", ["Milk-V Duo S"], DUOS_Q, "llm+lexical"),
     ("抱歉，我无法回答。", ["Milk-V Duo S"], DUOS_Q, "lexical"),  # garbage: the offline decision stands in
@@ -97,7 +97,7 @@ def test_rewrite_reply_validation(model, product_of, reply, names, rewritten, me
     assert names == [product_of["duos"]]
     model.on_rewrite(DUOS_Q, reply)
     result = ask(DUOS_Q, options={"web_search": False, "hyde": False})
-    assert (result["branch"], result["item_names"], result["rewritten_query"]) == ("confirmed", names, rewritten)
+    assert (result["branch"], result["products"], result["rewritten_query"]) == ("confirmed", names, rewritten)
     assert result["decision"]["method"] == method
     assert result["answer"] == ANSWER_TEXT
 
@@ -105,13 +105,13 @@ def test_rewrite_reply_validation(model, product_of, reply, names, rewritten, me
 def test_rewrite_call_failing_falls_back_to_the_offline_decision(model, product_of):
     model.on_rewrite(DUOS_Q, "", status=500)
     result = ask(DUOS_Q, options={"web_search": False, "hyde": False})
-    assert (result["item_names"], result["decision"]["method"]) == ([product_of["duos"]], "lexical")
+    assert (result["products"], result["decision"]["method"]) == ([product_of["duos"]], "lexical")
     assert result["answer"] == ANSWER_TEXT
 
 
 def test_model_naming_an_unknown_product_is_refused(model, products):
     question = "树莓派 5 的 GPIO 引脚图在哪里看？"  # offline this one is mistaken for a Duo question
-    model.on_rewrite(question, {"item_names": ["树莓派 5"], "rewritten_query": question})
+    model.on_rewrite(question, {"products": ["树莓派 5"], "rewritten_query": question})
     result = ask(question, options={"web_search": False, "hyde": False})
     assert result["branch"] == "refuse" and result["candidates"] == products
     assert model.requests("answer") == [] and model.requests("hyde") == []
@@ -119,7 +119,7 @@ def test_model_naming_an_unknown_product_is_refused(model, products):
 
 def test_model_naming_a_family_asks(model, product_of):
     question = "SKR mini E3 怎么刷固件？"
-    model.on_rewrite(question, {"item_names": ["SKR MINI E3"], "rewritten_query": "SKR MINI E3 主板怎么刷固件？"})
+    model.on_rewrite(question, {"products": ["SKR MINI E3"], "rewritten_query": "SKR MINI E3 主板怎么刷固件？"})
     result = ask(question, options={"web_search": False, "hyde": False})
     assert result["branch"] == "ask"
     assert set(result["candidates"]) == {product_of["BTT SKR MINI E3 V2.0使用手册"],
@@ -129,7 +129,7 @@ def test_model_naming_a_family_asks(model, product_of):
 
 def test_pinned_product_makes_no_rewrite_request(model, product_of):
     result = ask("板载 LED 对应哪个 GPIO？", product=product_of["duo"], options={"web_search": False})
-    assert (result["item_names"], result["decision"]["method"]) == ([product_of["duo"]], "pinned")
+    assert (result["products"], result["decision"]["method"]) == ([product_of["duo"]], "pinned")
     assert model.requests("rewrite") == []
     assert len(model.requests("hyde")) == len(model.requests("answer")) == 1
 
@@ -140,16 +140,16 @@ def test_user_message_is_saved_before_the_model_is_asked_then_updated(model, pro
 
     def rewrite(body: dict) -> str:
         seen.append(get_history_store().recent(session))
-        return json.dumps({"item_names": [product_of["duos"]], "rewritten_query": DUOS_REWRITTEN}, ensure_ascii=False)
+        return json.dumps({"products": [product_of["duos"]], "rewritten_query": DUOS_REWRITTEN}, ensure_ascii=False)
 
     model.server.add_rule(lambda t: "只输出 JSON" in t, rewrite)
     ask(DUOS_Q, session_id=session, options={"web_search": False, "hyde": False})
     (before,) = seen
-    assert [(m["role"], m["text"], m["item_names"], m["rewritten_query"]) for m in before] == [
+    assert [(m["role"], m["text"], m["products"], m["rewritten_query"]) for m in before] == [
         ("user", DUOS_Q, [], "")]
     after = get_history_store().recent(session)
     assert after[0]["id"] == before[0]["id"]
-    assert (after[0]["rewritten_query"], after[0]["item_names"]) == (DUOS_REWRITTEN, [product_of["duos"]])
+    assert (after[0]["rewritten_query"], after[0]["products"]) == (DUOS_REWRITTEN, [product_of["duos"]])
     assert (after[1]["role"], after[1]["text"]) == ("assistant", ANSWER_TEXT)
 
 
@@ -181,7 +181,7 @@ def test_long_history_is_cut_before_any_source(model, product_of):
     store = get_history_store()
     for i in range(4):
         store.add_message(session, "user" if i % 2 == 0 else "assistant", f"«旧{i}»" + "话" * 4000 + f"«/旧{i}»",
-                          item_names=[product_of["duos"]])
+                          products=[product_of["duos"]])
     rewrite_duos(model, product_of)
     result = ask(DUOS_Q, session_id=session, options={"web_search": False, "hyde": False})
     prompt = user_text(model.requests("answer")[0])
@@ -274,7 +274,7 @@ async def test_one_session_failing_does_not_leak_into_another(model, product_of)
     good_id, bad_id = uuid.uuid4().hex, uuid.uuid4().hex
     good, bad = await asyncio.gather(collect(DUOS_Q, good_id), collect(bad_q, bad_id))
     assert good[-1]["type"] == "final" and good[-1]["session_id"] == good_id
-    assert good[-1]["item_names"] == [product_of["duos"]]
+    assert good[-1]["products"] == [product_of["duos"]]
     assert deltas(good) == good[-1]["answer"] == "Duo S 的以太网口支持 PoE [1]。" * 5
     assert not any(e["type"] == "error" for e in good)
     assert bad[-1] == {"type": "error", "error": bad[-1]["error"], "node": "node_answer_output",

@@ -21,7 +21,7 @@ RECALL_KEYS = {
 }
 # Known misses of the lexical + evidence design (the bench numbers in the report count them):
 # A clarification or a refusal: the question is recorded, answered directly and saved.
-DIRECT_REPLY = ["node_load_history", "node_item_name_confirm", "node_answer_output", "node_save_history"]
+DIRECT_REPLY = ["node_load_history", "node_product_confirm", "node_answer_output", "node_save_history"]
 KNOWN_MISSES = {
     "q40": "证据评估：答案切片与“接电脑、装驱动”字面不重合，最相关切片的离线得分 0.248，改写后仍低于拒答下限 0.291，答“没有找到”",
     "q44": "“防住照片/视频骗”与手册的“可防护 屏幕图片/视频 攻击”字面重合少，最强切片只有 0.33，低于证据阈值，拒答",
@@ -51,12 +51,12 @@ def test_qa_decision(qid, product_of, products, request):
     want = [product_of[d] for d in q["docs"]]
     result = ask(q["question"])
     if q["expect"] == "confirm":
-        assert (result["branch"], result["item_names"]) == ("confirmed", want)
-        assert {s["item_name"] for s in result["sources"]} == set(want)
+        assert (result["branch"], result["products"]) == ("confirmed", want)
+        assert {s["product"] for s in result["sources"]} == set(want)
         # the manual's own words that answer the question are among the sources
         assert any(all(norm(e) in norm(s["content"]) for e in q["evidence"]) for s in result["sources"])
     elif q["expect"] == "ask":
-        assert result["branch"] == "ask" and result["item_names"] == []
+        assert result["branch"] == "ask" and result["products"] == []
         assert set(result["candidates"]) <= set(want) and len(result["candidates"]) == min(3, len(want))
         assert all(c in result["answer"] for c in result["candidates"])
     else:
@@ -70,14 +70,14 @@ def test_qa_decision(qid, product_of, products, request):
 def test_branch_a_end_to_end(product_of):
     duos = product_of["duos"]
     result = ask("Duo S 有多大内存？")
-    assert (result["branch"], result["item_names"], result["decision"]["method"]) == ("confirmed", [duos], "lexical")
+    assert (result["branch"], result["products"], result["decision"]["method"]) == ("confirmed", [duos], "lexical")
     assert result["rewritten_query"] == result["original_query"] == "Duo S 有多大内存？"
     events = result["events"]
     assert deltas(events) == result["answer"]
     assert result["answer"].startswith("（未配置大语言模型")
     assert "512MB" in result["answer"] and "[1]" in result["answer"]
     done = result["done_list"]
-    assert done[:3] == ["node_load_history", "node_item_name_confirm", "node_plan"]
+    assert done[:3] == ["node_load_history", "node_product_confirm", "node_plan"]
     assert set(done[3:6]) == set(RECALL_KEYS)
     assert done[6:] == ["node_rrf", "node_rerank", "node_grade", "node_answer_output", "node_save_history"]
     assert result["grade"]["route"] == "answer" and result["grade"]["method"] == "offline"
@@ -88,7 +88,7 @@ def test_branch_a_end_to_end(product_of):
     assert len(result["sources"]) == info["cutoff"] and 3 <= info["cutoff"] <= 10
     assert [s["score"] for s in result["sources"]] == info["scores"][:info["cutoff"]]
     assert [s["index"] for s in result["sources"]] == list(range(1, info["cutoff"] + 1))
-    assert all(s["source"] == "local" and s["item_name"] == duos and s["chunk_id"] for s in result["sources"])
+    assert all(s["source"] == "local" and s["product"] == duos and s["chunk_id"] for s in result["sources"])
     # pictures: the manual's own, from the passages the answer quotes
     assert result["image_urls"] and all(u.startswith("/kb-files/") for u in result["image_urls"])
     quoted = "".join(s["content"] for s in result["sources"] if f"**[{s['index']}] " in result["answer"])
@@ -115,7 +115,7 @@ def test_branch_c_refuses_and_lists_the_knowledge_base(products):
 
 def test_question_naming_no_product_is_judged_by_the_chunks(product_of):
     found = ask("怎么把串口摄像头的画面实时图传到电脑上看？")
-    assert (found["branch"], found["item_names"]) == ("confirmed", [product_of["mf0_get_started"]])
+    assert (found["branch"], found["products"]) == ("confirmed", [product_of["mf0_get_started"]])
     assert found["decision"]["method"] == "evidence"
     spread = ask("Sensorless homing 功能怎么开启？")
     assert spread["branch"] == "ask" and spread["decision"]["method"] == "evidence"
@@ -130,22 +130,22 @@ def test_follow_up_with_it_inherits_the_product_of_the_session(product_of):
     first = ask("Duo S 的以太网口支持 PoE 吗？", session_id=session)
     follow = ask("它的内存有多大？", session_id=session)
     assert first["session_id"] == follow["session_id"] == session
-    assert (follow["branch"], follow["item_names"]) == ("confirmed", [product_of["duos"]])
+    assert (follow["branch"], follow["products"]) == ("confirmed", [product_of["duos"]])
     assert follow["decision"]["method"] == "history"
     assert follow["rewritten_query"] == f"{product_of['duos']} 它的内存有多大？"
     assert "512MB" in "".join(s["content"] for s in follow["sources"][:3])
     elsewhere = ask("它的内存有多大？", session_id=uuid.uuid4().hex)  # another session knows no "它"
-    assert elsewhere["decision"]["method"] != "history" and elsewhere["item_names"] != [product_of["duos"]]
+    assert elsewhere["decision"]["method"] != "history" and elsewhere["products"] != [product_of["duos"]]
 
 
 def test_pinned_product_is_confirmed_directly(product_of):
     duo = product_of["duo"]
     result = ask("板载 LED 对应哪个 GPIO？", product=duo)
-    assert (result["branch"], result["item_names"], result["decision"]["method"]) == ("confirmed", [duo], "pinned")
-    assert {s["item_name"] for s in result["sources"]} == {duo}
+    assert (result["branch"], result["products"], result["decision"]["method"]) == ("confirmed", [duo], "pinned")
+    assert {s["product"] for s in result["sources"]} == {duo}
     assert any("XGPIOC[24]" in s["content"] for s in result["sources"])
     loose = ask("内存多大？", product="  milk-v   DUO256M ")  # a name typed by hand still resolves
-    assert loose["item_names"] == [product_of["duo256m"]] and loose["decision"]["method"] == "pinned"
+    assert loose["products"] == [product_of["duo256m"]] and loose["decision"]["method"] == "pinned"
     unknown = ask("小米扫地机器人怎么清理滚刷？", product="不存在的产品")
     assert unknown["branch"] == "refuse" and unknown["decision"]["method"] == "lexical"
 
@@ -171,31 +171,31 @@ def test_broken_reranker_keeps_rrf_order_and_the_answer_comes(env, tmp_path, pro
     assert f"**[1] {result['sources'][0]['title']}**" in result["answer"]
     # the no-product path judges its evidence with the offline scorer instead
     found = ask("怎么把串口摄像头的画面实时图传到电脑上看？")
-    assert found["item_names"] == [product_of["mf0_get_started"]]
+    assert found["products"] == [product_of["mf0_get_started"]]
 
 
 def test_history_records_question_answer_and_backfills_only_missing_names(product_of):
     session = uuid.uuid4().hex
     store = get_history_store()
-    ids = {label: store.add_message(session, "user", label, item_names=names)
+    ids = {label: store.add_message(session, "user", label, products=names)
            for label, names in [("有名字", ["别的产品"]), ("空列表", []), ("空值", [])]}
-    store.update_message(ids["空值"], item_names=None)
+    store.update_message(ids["空值"], products=None)
     with store.db.collection(HISTORY_COLLECTION, "测试") as messages:
         messages.insert_one({"session_id": session, "role": "user", "text": "没有字段", "ts": time.time()})
     asked_only = ask("SKR mini E3 怎么刷固件？", session_id=session)  # branch B: nothing to back-fill
     assert asked_only["branch"] == "ask"
-    assert {m["text"]: m.get("item_names") for m in store.recent(session, 20)}["空列表"] == []
+    assert {m["text"]: m.get("products") for m in store.recent(session, 20)}["空列表"] == []
 
     result = ask("Duo S 的以太网口支持 PoE 吗？", session_id=session)
     duos = product_of["duos"]
     messages = store.recent(session, 20)
     by_text = {m["text"]: m for m in messages}
-    assert by_text["有名字"]["item_names"] == ["别的产品"]
-    assert [by_text[t]["item_names"] for t in ("空列表", "空值", "没有字段", "SKR mini E3 怎么刷固件？")] == [[duos]] * 4
+    assert by_text["有名字"]["products"] == ["别的产品"]
+    assert [by_text[t]["products"] for t in ("空列表", "空值", "没有字段", "SKR mini E3 怎么刷固件？")] == [[duos]] * 4
     question, answer = messages[-2], messages[-1]
-    assert (question["role"], question["text"], question["rewritten_query"], question["item_names"]) == (
+    assert (question["role"], question["text"], question["rewritten_query"], question["products"]) == (
         "user", "Duo S 的以太网口支持 PoE 吗？", result["rewritten_query"], [duos])
-    assert (answer["role"], answer["text"], answer["item_names"], answer["image_urls"]) == (
+    assert (answer["role"], answer["text"], answer["products"], answer["image_urls"]) == (
         "assistant", result["answer"], [duos], result["image_urls"])
     assert answer["image_urls"]
     clarification = next(m for m in messages if m["role"] == "assistant" and m["text"] == asked_only["answer"])
@@ -208,7 +208,7 @@ def test_history_down_still_answers_with_a_warning(env, product_of):
         port = sock.getsockname()[1]
     env(MONGO_URL=f"mongodb://127.0.0.1:{port}/?directConnection=true")
     result = ask("Duo S 有多大内存？")
-    assert result["item_names"] == [product_of["duos"]] and result["answer"].startswith("（未配置大语言模型")
+    assert result["products"] == [product_of["duos"]] and result["answer"].startswith("（未配置大语言模型")
     assert result["warnings"] == ["对话历史暂时不可用，本次回答不会结合上文，也不会被保存。", "回答未能保存到对话历史。"]
 
 

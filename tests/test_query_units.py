@@ -10,7 +10,7 @@ from pymilvus.client.search_result import Hit
 from graphs.query.nodes.answer_output import (
     build_context, format_source, image_urls, settled_part, shown_text,
 )
-from graphs.query.nodes.item_name_confirm import format_history
+from graphs.query.nodes.product_confirm import format_history
 from graphs.query.nodes.rrf import node_rrf
 from graphs.query.retrieval import cliff_cutoff, merge_sources, rrf_fuse
 from services.chat_model import parse_json_reply
@@ -226,8 +226,8 @@ def test_every_prefix_shows_a_prefix_of_the_final_answer():
 
 # --- model replies and prompts ----------------------------------------------------------------------
 def test_parse_json_reply_layers():
-    assert parse_json_reply('{"item_names": ["A"], "rewritten_query": "q"}') == {"item_names": ["A"], "rewritten_query": "q"}
-    assert parse_json_reply('```json\n{"item_names": []}\n```') == {"item_names": []}
+    assert parse_json_reply('{"products": ["A"], "rewritten_query": "q"}') == {"products": ["A"], "rewritten_query": "q"}
+    assert parse_json_reply('```json\n{"products": []}\n```') == {"products": []}
     assert parse_json_reply('好的：{"rewritten_query": "q"} 以上') == {"rewritten_query": "q"}
     for bad in ("不是 JSON", "[1, 2]", "{坏的}", ""):
         with pytest.raises(LLMError):
@@ -236,8 +236,8 @@ def test_parse_json_reply_layers():
 
 def test_history_timestamps_are_readable_dates():
     ts = 1767225600.123456
-    text = format_history([{"role": "user", "text": "Duo S 支持 PoE 吗？", "ts": ts, "item_names": ["Milk-V Duo S"]},
-                           {"role": "assistant", "text": "支持。", "ts": ts + 60, "item_names": []}])
+    text = format_history([{"role": "user", "text": "Duo S 支持 PoE 吗？", "ts": ts, "products": ["Milk-V Duo S"]},
+                           {"role": "assistant", "text": "支持。", "ts": ts + 60, "products": []}])
     when = datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
     assert text.splitlines()[0] == f"[{when}] 用户：Duo S 支持 PoE 吗？（关联商品：Milk-V Duo S）"
     assert text.splitlines()[1].endswith("助手：支持。（关联商品：无）")

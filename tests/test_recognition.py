@@ -114,11 +114,11 @@ def test_a_proposed_name_must_be_one_the_documents_use():
      "BIGTREETECH SKR MINI E3 V2.0 主板"),
 ])
 def test_a_single_manual_is_named_by_its_title_block_not_its_sections(tmp_path, text, expected):
-    from graphs.importing.nodes.item_name import offline_item_name
+    from graphs.importing.nodes.product import offline_product
 
     path = tmp_path / "manual.md"
     path.write_text(text, encoding="utf-8")
-    assert offline_item_name(text, [], path.stem, path) == expected
+    assert offline_product(text, [], path.stem, path) == expected
 
 
 def test_a_manual_titled_with_a_generic_noun_is_named_by_the_model_it_writes(fresh_data, tmp_path):
@@ -130,7 +130,7 @@ def test_a_manual_titled_with_a_generic_noun_is_named_by_the_model_it_writes(fre
                    encoding="utf-8")
     result = run_import(doc)
     assert result.status == "completed", result.error
-    assert result.item_name == "AITO M9", result.item_name
+    assert result.product == "AITO M9", result.product
 
 
 def test_the_same_site_saved_as_web_pages_gives_the_same_products(tmp_path):

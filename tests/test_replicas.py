@@ -35,7 +35,7 @@ def llm():
     model.start()
     model.add_rule("产品资料整理专家", "")  # imports: the offline rules name the products
     model.add_rule("用于 Markdown 图片标题", "说明书插图")
-    model.add_rule(REWRITE, '{"item_names": [], "rewritten_query": ""}')
+    model.add_rule(REWRITE, '{"products": [], "rewritten_query": ""}')
     model.add_rule(HYDE, "说明书中关于复位的段落。")
     model.add_rule(ANSWER, ANSWER_TEXT, delay_s=1.5)  # long enough to be followed live from elsewhere
     yield model
@@ -165,7 +165,7 @@ def test_a_streamed_question_posted_to_one_replica_is_read_from_the_other(cluste
         assert names[0] == "ready" and "progress" in names and names.count("delta") > 3 and names[-1] == "final", names
         final = events[-1][2]
         assert "".join(d["delta"] for _, n, d in events if n == "delta") == final["answer"] == ANSWER_TEXT
-        assert final["session_id"] == session and final["item_names"] == ["星海 S1 路由器"]
+        assert final["session_id"] == session and final["products"] == ["星海 S1 路由器"]
         ids = [i for i, _, _ in events[1:]]
         assert ids == sorted(ids) and len(set(ids)) == len(ids)
 

@@ -34,9 +34,9 @@ def test_task_lifecycle(store):
     assert (task["status"], task["done_list"], task["running_list"]) == ("processing", [NODES[0]], [NODES[1]])
 
     store.node_finished("t1", NODES[1])
-    store.complete("t1", {"chunks": 12, "item_name": "X1"})
+    store.complete("t1", {"chunks": 12, "product": "X1"})
     task = store.get("t1")
-    assert task["status"] == "completed" and task["result"] == {"chunks": 12, "item_name": "X1"}
+    assert task["status"] == "completed" and task["result"] == {"chunks": 12, "product": "X1"}
     assert task["done_list"] == NODES[:2] and task["running_list"] == []
     assert task["file_name"] == "说明书.pdf" and task["error"] == ""
     assert task["created"] <= task["updated"]

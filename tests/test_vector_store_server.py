@@ -55,7 +55,7 @@ def milvus_url(milvus_dir):
 def rows_for(doc_id: str, name: str, n: int) -> list[dict]:
     texts = [f"{name} 第 {i} 节：接口与供电说明" for i in range(n)]
     return [{"content": t, "title": f"第 {i} 节", "parent_title": name, "file_title": f"{doc_id}.md",
-             "doc_id": doc_id, "item_name": name, "part": 1, **v}
+             "doc_id": doc_id, "product": name, "part": 1, **v}
             for i, (t, v) in enumerate(zip(texts, get_embedder().embed(texts)))]
 
 
@@ -79,7 +79,7 @@ def test_server_calls_do_not_wait_for_each_other_and_reads_are_paged(milvus_url,
     try:
         assert store.backend == "milvus"
         store.replace_document("doc-a", rows_for("doc-a", "星河 QX10 开发板", 30),
-                               {"file_title": "doc-a.md", "item_name": "星河 QX10 开发板",
+                               {"file_title": "doc-a.md", "product": "星河 QX10 开发板",
                                 **get_embedder().embed(["星河 QX10 开发板"])[0]})
         release, worker = call_in_flight(store)
         try:
@@ -97,12 +97,12 @@ def test_server_calls_do_not_wait_for_each_other_and_reads_are_paged(milvus_url,
 
 def test_product_names_another_process_writes_show_at_once_and_unchanged_ones_are_not_reread(milvus_url):
     settings = get_settings().replace(milvus_url=milvus_url, chunks_collection="names_chunks",
-                                      item_name_collection="names_items")
+                                      product_collection="names_items")
     reader, writer = VectorStore(settings, get_embedder()), VectorStore(settings, get_embedder())
 
     def put(doc_id: str, name: str) -> None:
         writer.replace_document(doc_id, rows_for(doc_id, name, 2),
-                                {"file_title": f"{doc_id}.md", "item_name": name, **get_embedder().embed([name])[0]})
+                                {"file_title": f"{doc_id}.md", "product": name, **get_embedder().embed([name])[0]})
 
     reads = []
     read_all = reader._read_all
@@ -147,7 +147,7 @@ def test_benchmark_on_a_server_uses_collections_of_its_own_and_drops_them(milvus
         inside = get_settings()
         assert inside.milvus_url == milvus_url and inside.chunks_collection.startswith("bench_zgzk_bench_")
         get_vector_store().open()
-        made = {inside.chunks_collection, inside.item_name_collection}
+        made = {inside.chunks_collection, inside.product_collection}
         assert made <= set(MilvusClient(milvus_url).list_collections())
     assert not made & set(MilvusClient(milvus_url).list_collections())
     after = get_settings()

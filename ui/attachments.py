@@ -118,7 +118,7 @@ async def import_attachments(files: list) -> None:
         return
     ended = await follow_tasks({task_id: views[task_id] for task_id in task_ids})
     imported = [(item, ended[item.task_id]) for item in staged if ended.get(item.task_id, {}).get("status") == COMPLETED]
-    items = [{"file": item.display_name, "product": task["result"]["item_name"], "how": task["job"].get("how", ""),
+    items = [{"file": item.display_name, "product": task["result"]["product"], "how": task["job"].get("how", ""),
               "doc_id": task["result"]["doc_id"]} for item, task in imported]
     if items:
         await knowledge.send_set_summary(items)

@@ -11,7 +11,7 @@ from graphs.importing import PATH_SEP
 
 # Step type per query node (Chainlit / Literal step types).
 STEP_TYPES = {
-    "node_item_name_confirm": "tool",
+    "node_product_confirm": "tool",
     "node_search_embedding": "retrieval",
     "node_search_embedding_hyde": "retrieval",
     "node_web_search_mcp": "tool",
@@ -48,7 +48,7 @@ def cell(value) -> str:
 
 def hits_table(hits: list[dict]) -> str:
     rows = ["| # | 标题 | 产品 | 分数 |", "|---|---|---|---|"]
-    rows += [f"| {i} | {cell(h.get('title')) or '（无标题）'} | {cell(h.get('item_name'))} | {float(h.get('score') or 0):.4f} |"
+    rows += [f"| {i} | {cell(h.get('title')) or '（无标题）'} | {cell(h.get('product'))} | {float(h.get('score') or 0):.4f} |"
              for i, h in enumerate(hits[:HIT_ROWS], 1)]
     return "\n".join(rows)
 
@@ -75,7 +75,7 @@ def rerank_lines(detail: dict) -> list[str]:
         lines.append("- 分数（加粗为保留）：" + "，".join(shown))
     kept = detail.get("kept") or []
     if kept:
-        lines += ["", hits_table([{**k, "item_name": k.get("item_name") or ("网页" if k.get("source") == "web" else "")}
+        lines += ["", hits_table([{**k, "product": k.get("product") or ("网页" if k.get("source") == "web" else "")}
                                   for k in kept])]
     return lines
 
@@ -96,7 +96,7 @@ def grade_lines(detail: dict) -> list[str]:
 
 def plan_lines(detail: dict) -> list[str]:
     lines = [f"- 判定方式：`{detail.get('method', '')}`"]
-    lines += [f"{i}. {plain(s['question'])}（{'、'.join(s.get('item_names') or [])}）"
+    lines += [f"{i}. {plain(s['question'])}（{'、'.join(s.get('products') or [])}）"
               for i, s in enumerate(detail.get("sub_questions") or [], 1)]
     return lines
 
@@ -121,7 +121,7 @@ def step_output(event: dict) -> str:
     detail = event.get("detail")
     node = event.get("node")
     lines = [summary] if summary else []
-    if node == "node_item_name_confirm" and isinstance(detail, dict):
+    if node == "node_product_confirm" and isinstance(detail, dict):
         lines += confirm_lines(detail)
     elif node == "node_rerank" and isinstance(detail, dict):
         lines += rerank_lines(detail)
@@ -175,7 +175,7 @@ def source_label(source: dict) -> str:
 def source_text(source: dict, content: str) -> str:
     """A Markdown source as the side panel shows it: where it is, then its section's text."""
     meta = [f"**文件**：{source.get('file_title') or '—'}", f"**章节**：{section_text(source) or '—'}",
-            f"**产品**：{source.get('item_name') or '—'}"]
+            f"**产品**：{source.get('product') or '—'}"]
     return "\n\n".join(meta) + "\n\n---\n\n" + content
 
 
@@ -227,7 +227,7 @@ class ImportProgress:
                   + (f"（{remote} 张网络图片来自未允许的网站，未导入）" if remote else ""))
         return "\n".join([
             f"✅ 《{self.file_name}》导入完成", "",
-            f"- 商品名：**{result.get('item_name', '')}**",
+            f"- 商品名：**{result.get('product', '')}**",
             f"- 切片：{result.get('chunks', 0)} 个",
             f"- 图片：{images}",
             f"- 用时：{float(result.get('seconds') or 0):.1f} 秒",

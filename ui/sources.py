@@ -20,7 +20,7 @@ log = logging.getLogger("ui.sources")
 
 OPEN_SOURCE = "open_source"
 # What a chip carries (and a resumed thread keeps in the answer's metadata): never the text itself.
-CHIP_FIELDS = ("index", "chunk_id", "doc_id", "file_title", "title", "item_name", "page_start", "page_end")
+CHIP_FIELDS = ("index", "chunk_id", "doc_id", "file_title", "title", "product", "page_start", "page_end")
 
 
 def chip_payloads(sources: list[dict]) -> list[dict]:

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 print(json.dumps(result.to_dict(), ensure_ascii=False), flush=True)
             elif result.status == "completed":
-                print(f"✅ {result.file}  商品：{result.item_name}（{HOW.get(result.product_how, '')}）  切片：{result.chunks}  "
+                print(f"✅ {result.file}  商品：{result.product}（{HOW.get(result.product_how, '')}）  切片：{result.chunks}  "
                       f"图片：{result.images_uploaded} 已解析 / {result.images_missing} 缺失  {result.seconds:.2f}s", flush=True)
             else:
                 print(f"❌ {result.file}  {result.error}", flush=True)

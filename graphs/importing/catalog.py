@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from graphs.importing.chunking import embed_text
-from graphs.importing.nodes.item_name import MAX_NAME_CHARS, one_line
+from graphs.importing.nodes.product import MAX_NAME_CHARS, one_line
 from graphs.importing.runner import ImportResult, run_import
 from services.documents import DAMAGED, IMPORTING, READY, get_document_registry
 from services.embeddings import get_embedder
@@ -85,7 +85,7 @@ def _rewrite(doc_id: str, new_name: str, updated_by: str) -> int:
     dense vectors are made again; the BM25 side reads the content alone."""
     settings = get_settings()
     store, registry, embedder = get_vector_store(settings), get_document_registry(settings), get_embedder(settings)
-    rows = [{k: v for k, v in r.items() if k != "chunk_id"} | {"item_name": new_name}
+    rows = [{k: v for k, v in r.items() if k != "chunk_id"} | {"product": new_name}
             for r in store.doc_rows(doc_id)]
     batch = max(1, settings.embed_batch_size)
     for i in range(0, len(rows), batch):
@@ -93,7 +93,7 @@ def _rewrite(doc_id: str, new_name: str, updated_by: str) -> int:
         for row, vec in zip(group, embedder.embed([embed_text(r) for r in group])):
             row["dense"], row["sparse"] = vec["dense"], vec["sparse"]
     title = rows[0]["file_title"] if rows else ""
-    item = {"file_title": title, "item_name": new_name, **embedder.embed([new_name])[0]}
+    item = {"file_title": title, "product": new_name, **embedder.embed([new_name])[0]}
     registry.begin(doc_id, {**(registry.get(doc_id) or {}), "product": new_name, "product_source": "user",
                             "product_evidence": "由用户改名", "chunks": len(rows), "updated_by": updated_by})
     try:
@@ -222,7 +222,7 @@ def repair(*, older_than_s: float = REPAIR_AFTER_S) -> dict:
     for doc_id, n in counts.items():
         if doc_id not in known:
             rows = store.doc_rows(doc_id)
-            registry.begin(doc_id, {"file_name": rows[0]["file_title"], "product": rows[0]["item_name"],
+            registry.begin(doc_id, {"file_name": rows[0]["file_title"], "product": rows[0]["product"],
                                     "product_source": "recovered", "chunks": n, "source": "recovered"})
             registry.commit(doc_id, {"chunk_ids": [r["chunk_id"] for r in rows]})
             report["recovered"] += 1
@@ -231,12 +231,12 @@ def repair(*, older_than_s: float = REPAIR_AFTER_S) -> dict:
             registry.update(doc_id, status=DAMAGED, error="向量库中找不到这份文档的切片，请重新导入或重建索引")
             report["damaged"] += 1
     report["names_deduped"] = store.dedupe_names()
-    named = {r["item_name"] for r in store.item_names()}
+    named = {r["product"] for r in store.products()}
     embedder = get_embedder(settings)
     for record in registry.list():
         if record.get("status") in (READY, IMPORTING) and record.get("product") and record["product"] not in named:
             if counts.get(record["doc_id"]):
-                store.add_name_row({"file_title": record.get("file_name", ""), "item_name": record["product"],
+                store.add_name_row({"file_title": record.get("file_name", ""), "product": record["product"],
                                     **embedder.embed([record["product"]])[0]}, record["doc_id"])
                 named.add(record["product"])
                 report["names_added"] += 1

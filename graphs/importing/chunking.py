@@ -51,7 +51,7 @@ CALLOUT_RE = re.compile(
 def embed_text(chunk: dict) -> str:
     """What a chunk is embedded as: the product name in the text separates near-identical
     instructions of twins."""
-    return f"{chunk['item_name']}\n{chunk['content']}"
+    return f"{chunk['product']}\n{chunk['content']}"
 
 
 def normalize_newlines(text: str) -> str:

@@ -392,7 +392,7 @@ def plan_set(paths: list[Path], root: Path | None = None,
     (`root` gives their folders, or `folders` per path for uploads that carried them; flat uploads
     have none); a PDF or a Word file is a whole manual and is left to its own recognition, as is a
     set of one."""
-    from graphs.importing.nodes.item_name import offline_item_name
+    from graphs.importing.nodes.product import offline_product
 
     pages, own = [], {}
     for path in paths:
@@ -401,7 +401,7 @@ def plan_set(paths: list[Path], root: Path | None = None,
             continue
         pages.append(read_page(str(path), text, folders[str(path)]) if folders and str(path) in folders
                      else page_of(path, root, text))
-        own[str(path)] = offline_item_name(text, [], path.stem, path)
+        own[str(path)] = offline_product(text, [], path.stem, path)
     # one page beside whole manuals is no set: it is named on its own, as a single file is
     found = SetRecogniser(pages).assign() if len(pages) > 1 else {}
     out = []

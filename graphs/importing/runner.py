@@ -29,7 +29,7 @@ class ImportResult:
     task_id: str
     file: str
     status: str                      # "completed" | "failed"
-    item_name: str = ""
+    product: str = ""
     chunks: int = 0
     pages: int = 0
     images_uploaded: int = 0
@@ -91,7 +91,7 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     state = {"task_id": task_id, "import_file_path": str(path), "set_id": set_id, "updated_by": updated_by,
              "source": source, "file_name": file_name or Path(path).name}
     if product:
-        state.update(product=product, item_name_source=product_source, product_evidence=product_evidence)
+        state.update(requested_product=product, product_source=product_source, product_evidence=product_evidence)
     if identity:  # the same document again (reindexing from its original)
         state["doc_key"] = identity
     if original_key:
@@ -131,7 +131,7 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
         result.error, result.transient = f"导入失败：{exc}", is_transient(exc)
     result.seconds = round(time.perf_counter() - started, 3)
     images = final.get("images") or []
-    result.item_name = final.get("item_name", "")
+    result.product = final.get("product", "")
     result.product_evidence = final.get("product_evidence", product_evidence)
     result.doc_id, result.doc_key = final.get("doc_id", ""), final.get("doc_key", "")
     result.pages = int(final.get("pages") or 0)

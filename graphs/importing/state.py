@@ -13,7 +13,7 @@ from graphs.base import NodeLog
 class ImportGraphState(TypedDict, total=False):
     task_id: str
     import_file_path: str      # the file given by the user (never modified)
-    product: str               # product name given by the user; overrides recognition
+    requested_product: str     # product name given by the user; overrides recognition
     identity: str              # what the document id is made from (a resolved path, an upload's name + hash)
     doc_id: str                # stable identity: same file -> same id, same name elsewhere -> other id
     doc_key: str               # readable, storage-safe key (object store prefix, work folder)
@@ -27,9 +27,9 @@ class ImportGraphState(TypedDict, total=False):
     new_md_path: str
     images: list[dict]         # {src, status: uploaded|remote|missing, url, caption}
     caption_mode: str          # "vision-model" | "offline"
-    chunks: list[dict]         # {title, parent_title, part, content, item_name, dense, sparse}
-    item_name: str
-    item_name_source: str      # "user" | "set" | "llm" | "offline"
+    chunks: list[dict]         # {title, parent_title, part, content, product, dense, sparse}
+    product: str
+    product_source: str        # "user" | "set" | "llm" | "offline"
     chunk_ids: list[str]
     pages: int
     # registry: what the document record says about where the file came from

@@ -17,12 +17,12 @@ def summary(result: dict) -> dict:
                 "node": result.get("node", "")}
     final = answer_of(result)
     info = result.get("rerank_info") or {}
-    rerank = [{k: s[k] for k in ("index", "source", "chunk_id", "title", "item_name", "url", "score")}
+    rerank = [{k: s[k] for k in ("index", "source", "chunk_id", "title", "product", "url", "score")}
               for s in final["sources"]]
     return {
         "status": final["status"], "session_id": final["session_id"], "branch": final["branch"],
         "original_query": final["original_query"], "rewritten_query": result.get("rewritten_query"),
-        "item_names": final["item_names"], "candidates": final["candidates"],
+        "products": final["products"], "candidates": final["candidates"],
         "decision": result.get("decision"), "answer": final["answer"],
         "rrf": result.get("rrf") or [], "rerank": rerank, "rerank_scorer": info.get("scorer"),
         "rerank_scores": info.get("scores") or [], "cutoff": info.get("cutoff"),
@@ -51,7 +51,7 @@ def print_tail(result: dict) -> None:
     if sources:
         print("\n\n来源：")
         for s in sources:
-            where = s["url"] if s["source"] == "web" else f"{s['item_name']} · {s['file_title']}"
+            where = s["url"] if s["source"] == "web" else f"{s['product']} · {s['file_title']}"
             print(f"[{s['index']}] {s['title']}（{where}）相关度 {s['score']:.4f}")
     if result["image_urls"]:
         print("\n图片：")

@@ -16,7 +16,7 @@ class Hit(TypedDict, total=False):
     title: str                   # heading path
     parent_title: str
     file_title: str
-    item_name: str
+    product: str
     doc_id: str
     page_start: int              # PDF pages the chunk spans (0: not from a PDF)
     page_end: int
@@ -34,7 +34,7 @@ class Source(TypedDict):
     doc_id: str                  # the document whose original can be opened
     title: str
     file_title: str
-    item_name: str
+    product: str
     url: str
     page_start: int              # 0: not from a PDF
     page_end: int
@@ -73,7 +73,7 @@ class FinalEvent(TypedDict, total=False):
     original_query: str
     rewritten_query: str
     branch: str                  # "confirmed" | "ask" | "refuse"
-    item_names: list[str]
+    products: list[str]
     candidates: list[str]
     decision: dict
     answer: str
@@ -100,7 +100,7 @@ class Answer(TypedDict):
     original_query: str
     answer: str
     branch: str | None
-    item_names: list[str]
+    products: list[str]
     candidates: list[str]
     image_urls: list[str]
     sources: list[Source]
@@ -114,7 +114,7 @@ def answer_of(final: FinalEvent) -> Answer:
     return Answer(
         session_id=final.get("session_id") or "", status="completed",
         original_query=final.get("original_query") or "", answer=final.get("answer") or "",
-        branch=final.get("branch"), item_names=list(final.get("item_names") or []),
+        branch=final.get("branch"), products=list(final.get("products") or []),
         candidates=list(final.get("candidates") or []), image_urls=list(final.get("image_urls") or []),
         sources=list(final.get("sources") or []), done_list=list(final.get("done_list") or []),
         warnings=list(final.get("warnings") or []), seconds=float(final.get("seconds") or 0.0),

@@ -23,22 +23,22 @@ GRADE_PASSAGES = 6
 GRADE_PASSAGE_CHARS = 600
 
 
-def strip_products(question: str, item_names: list[str]) -> str:
+def strip_products(question: str, products: list[str]) -> str:
     """The question without its mentions of these products: what grading scores. Every passage of a
     manual names its product, and the offline scorer's word coverage is dominated by those words
     (measured: a pinned question prefixed with a catalogue name outscored every answerable one), so
     they are left out and the score says how well a passage covers what is asked."""
     text = normalize(question)
-    for a, b in sorted((m.span for m in rank_products(question, item_names) if m.score > 0), reverse=True):
+    for a, b in sorted((m.span for m in rank_products(question, products) if m.score > 0), reverse=True):
         text = text[:a] + " " + text[b:]
     return " ".join(text.split()) or question
 
 
-def topic_scores(cfg: QueryConfiguration, question: str, item_names: list[str],
+def topic_scores(cfg: QueryConfiguration, question: str, products: list[str],
                  docs: list[dict]) -> tuple[list[float] | None, str]:
     """(scores of the docs against the question without its products, the scorer's name); None when
     no scorer works."""
-    text = strip_products(question, item_names)
+    text = strip_products(question, products)
     try:
         reranker = cfg.reranker
         return reranker.score(text, docs), reranker.name
@@ -95,13 +95,13 @@ def grade_context(docs: list[dict]) -> str:
                        for i, d in enumerate(docs[:GRADE_PASSAGES], 1))
 
 
-def model_grade(cfg: QueryConfiguration, question: str, item_names: list[str], docs: list[dict],
+def model_grade(cfg: QueryConfiguration, question: str, products: list[str], docs: list[dict],
                 fallback: dict) -> dict | None:
     """One JSON-mode call (None offline); a failed call or an invalid reply falls back to the rule."""
     llm = cfg.chat_model(json_mode=True)
     if llm is None:
         return None
-    user = load_prompt("grade_user", item_names="、".join(item_names) or "（未指定）", question=question,
+    user = load_prompt("grade_user", products="、".join(products) or "（未指定）", question=question,
                        context=grade_context(docs))
     try:
         return validate_grade(parse_json_reply(invoke_text(llm, load_prompt("grade_system"), user)))
@@ -129,9 +129,9 @@ def resolve_route(grade: dict, has_evidence: bool, *, sub_question: bool, rewrit
     return route
 
 
-def grade_evidence(cfg: QueryConfiguration, question: str, item_names: list[str], docs: list[dict], *,
+def grade_evidence(cfg: QueryConfiguration, question: str, products: list[str], docs: list[dict], *,
                    sub_question: bool = False, rewrites_left: int = 0) -> dict:
-    scores, scorer = topic_scores(cfg, question, item_names, docs) if docs else ([], "")
+    scores, scorer = topic_scores(cfg, question, products, docs) if docs else ([], "")
     top = max(scores or [], default=0.0)
     if not docs:
         grade = {"relevant": False, "answerable": False, "ambiguous": False, "confidence": 0.0,
@@ -141,7 +141,7 @@ def grade_evidence(cfg: QueryConfiguration, question: str, item_names: list[str]
         cal = cfg.calibration(scorer)
         fallback = (offline_grade(top, cal.answer_threshold, cal.refuse_threshold) if scores is not None
                     else unscored_grade())
-        grade = model_grade(cfg, question, item_names, docs, fallback) or fallback
+        grade = model_grade(cfg, question, products, docs, fallback) or fallback
     judged = grade["route"]
     grade["route"] = resolve_route(grade, bool(docs), sub_question=sub_question, rewrites_left=rewrites_left)
     if grade["route"] != judged:
@@ -188,8 +188,8 @@ def weak_warning(grade: dict) -> str:
     return f"资料相关度较低（{grade['confidence']:.2f}），说明书里可能没有直接的答案，回答请对照来源核实。"
 
 
-def no_knowledge_text(item_names: list[str]) -> str:
-    where = f"《{'》《'.join(item_names)}》的说明书" if item_names else "知识库"
+def no_knowledge_text(products: list[str]) -> str:
+    where = f"《{'》《'.join(products)}》的说明书" if products else "知识库"
     return f"抱歉，我在{where}里没有找到能回答这个问题的内容，不想凭猜测回答。可以换个说法，或补充更具体的型号、接口或功能名称再问。"
 
 

@@ -127,7 +127,7 @@ def excerpt(terms: list[str], doc: dict) -> tuple[float, str]:
         return 0.0, ""
     # The product's name is in every chunk of its manual, the heading path in every sentence of this
     # one: their words tell no sentence apart (but the heading says how relevant the chunk is).
-    name, title = squashed(doc.get("item_name") or ""), doc.get("title") or ""
+    name, title = squashed(doc.get("product") or ""), doc.get("title") or ""
     topic = [t for t in terms if t.replace(" ", "") not in name] or terms
     inner = [t for t in topic if t.replace(" ", "") not in squashed(title)] or topic
     scores = [coverage(inner, f"{u.heading}\n{u.text}") for u in found]
@@ -162,7 +162,7 @@ def excerpt(terms: list[str], doc: dict) -> tuple[float, str]:
 
 
 def heading(i: int, doc: dict) -> str:
-    return f"**[{i}] {doc.get('title', '')}**（{doc.get('item_name', '')}）"
+    return f"**[{i}] {doc.get('title', '')}**（{doc.get('product', '')}）"
 
 
 def extractive_answer(question: str, docs: list[dict]) -> tuple[str, list[dict]]:

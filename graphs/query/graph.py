@@ -1,6 +1,6 @@
 """The query graph, as in the diagram:
 
-load_history -> item_name_confirm --(answer already set: ask / refuse)--> answer_output
+load_history -> product_confirm --(answer already set: ask / refuse)--> answer_output
                                   \\--> plan --(simple)--> search_embedding  \\
                                                    --> search_hyde        --> rrf -> rerank -> grade
                                                    --> web_search_mcp ----------------/
@@ -22,7 +22,7 @@ from langgraph.types import Send
 from graphs.query.nodes.answer_output import node_answer_output
 from graphs.query.nodes.grade import node_grade
 from graphs.query.nodes.history import node_load_history, node_save_history
-from graphs.query.nodes.item_name_confirm import node_item_name_confirm
+from graphs.query.nodes.product_confirm import node_product_confirm
 from graphs.query.nodes.plan import node_plan
 from graphs.query.nodes.rerank import node_rerank
 from graphs.query.nodes.rewrite import node_rewrite_query
@@ -48,7 +48,7 @@ def route_after_plan(state: QueryGraphState) -> list[str] | list[Send]:
     if not subs:
         return RECALLS
     return [Send("node_sub_question", {"sub_question": branch})
-            for branch in evidence_branches(state["rewritten_query"], state.get("item_names") or [], subs)]
+            for branch in evidence_branches(state["rewritten_query"], state.get("products") or [], subs)]
 
 
 def route_after_grade(state: QueryGraphState) -> str:
@@ -58,13 +58,13 @@ def route_after_grade(state: QueryGraphState) -> str:
 @lru_cache(maxsize=1)
 def build_query_graph():
     g = StateGraph(QueryGraphState)
-    for node in (node_load_history, node_save_history, node_item_name_confirm, node_search_embedding, node_search_embedding_hyde,
+    for node in (node_load_history, node_save_history, node_product_confirm, node_search_embedding, node_search_embedding_hyde,
                  node_web_search_mcp, node_rrf, node_rerank, node_answer_output, node_plan, node_sub_question,
                  node_synthesis, node_grade, node_rewrite_query, node_search_rewritten):
         g.add_node(node.node_name, node)
     g.add_edge(START, "node_load_history")
-    g.add_edge("node_load_history", "node_item_name_confirm")
-    g.add_conditional_edges("node_item_name_confirm", route_after_confirm, ["node_answer_output", "node_plan"])
+    g.add_edge("node_load_history", "node_product_confirm")
+    g.add_conditional_edges("node_product_confirm", route_after_confirm, ["node_answer_output", "node_plan"])
     g.add_conditional_edges("node_plan", route_after_plan, [*RECALLS, "node_sub_question"])
     g.add_edge("node_sub_question", "node_synthesis")
     g.add_edge("node_synthesis", "node_answer_output")

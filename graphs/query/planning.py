@@ -74,11 +74,11 @@ def product_sub_questions(question: str, products: list[str]) -> list[dict]:
             asked = f"{aspect}是什么？"
         else:
             asked = aspect
-        subs.append({"question": f"{name} 的{asked}", "item_names": [name]})
+        subs.append({"question": f"{name} 的{asked}", "products": [name]})
     return subs
 
 
-def part_sub_questions(question: str, item_names: list[str]) -> list[dict]:
+def part_sub_questions(question: str, confirmed: list[str]) -> list[dict]:
     """"Duo 的 LED 和按键分别对应哪个 GPIO？" -> one question per enumerated part."""
     at = question.find(EACH)
     if at < 0:
@@ -89,11 +89,11 @@ def part_sub_questions(question: str, item_names: list[str]) -> list[dict]:
     parts = [p.strip() for p in re.split(JOINERS, enumeration) if p.strip()]
     if len(parts) < 2:
         return []
-    return [{"question": f"{head}{p}{after}".strip(), "item_names": list(item_names)}
+    return [{"question": f"{head}{p}{after}".strip(), "products": list(confirmed)}
             for p in parts[:MAX_SUB_QUESTIONS]]
 
 
-def sentence_sub_questions(question: str, item_names: list[str], known: list[str]) -> list[dict]:
+def sentence_sub_questions(question: str, confirmed: list[str], known: list[str]) -> list[dict]:
     """"Duo S 有多大内存？带不带 WiFi？" -> one question per question sentence; a sentence naming no
     product carries the product as the user wrote it in the question."""
     parts = [p.strip() for p in re.split(r"(?<=[？?])", question) if len(p.strip()) >= MIN_SENTENCE_CHARS]
@@ -106,16 +106,16 @@ def sentence_sub_questions(question: str, item_names: list[str], known: list[str
     for part in parts[:MAX_SUB_QUESTIONS]:
         named = any(m.kind == "full" for m in rank_products(part, known))
         subs.append({"question": part if named or not mention else f"{mention} {part}",
-                     "item_names": list(item_names)})
+                     "products": list(confirmed)})
     return subs
 
 
-def rule_plan(question: str, products: list[str], item_names: list[str], known: list[str]) -> dict:
+def rule_plan(question: str, products: list[str], confirmed: list[str], known: list[str]) -> dict:
     if len(products) >= 2 and (COMPARE.search(question) or EACH in question):
         return {"complexity": "complex", "reason": f"比较 {len(products)} 款产品",
                 "sub_questions": product_sub_questions(question, products), "method": "rules"}
-    for subs, reason in ((part_sub_questions(question, item_names), "分项提问"),
-                         (sentence_sub_questions(question, item_names, known), "一次问了几件事")):
+    for subs, reason in ((part_sub_questions(question, confirmed), "分项提问"),
+                         (sentence_sub_questions(question, confirmed, known), "一次问了几件事")):
         if subs:
             return {"complexity": "complex", "reason": f"{reason}：{len(subs)} 项", "sub_questions": subs,
                     "method": "rules"}
@@ -136,15 +136,15 @@ def validate_plan(data: dict, products: list[str]) -> dict:
         text = str(item.get("question") or "").strip() if isinstance(item, dict) else ""
         if not text:
             raise ValueError("子问题不能为空")
-        name = str(item.get("item_name") or "").strip()
+        name = str(item.get("product") or "").strip()
         if name and name not in products:
             raise ValueError(f"子问题的产品“{name}”不在已确认的产品中")
-        subs.append({"question": text, "item_names": [name] if name else list(products)})
+        subs.append({"question": text, "products": [name] if name else list(products)})
     return {"complexity": "complex", "reason": reason, "sub_questions": subs, "method": "model"}
 
 
 def model_plan(llm: ChatOpenAI, question: str, products: list[str]) -> dict | None:
-    user = load_prompt("plan_user", item_names="、".join(products), question=question)
+    user = load_prompt("plan_user", products="、".join(products), question=question)
     try:
         return validate_plan(parse_json_reply(invoke_text(llm, load_prompt("plan_system"), user)), products)
     except Exception as exc:
@@ -152,23 +152,23 @@ def model_plan(llm: ChatOpenAI, question: str, products: list[str]) -> dict | No
         return None
 
 
-def evidence_branches(question: str, item_names: list[str], subs: list[dict]) -> list[dict]:
+def evidence_branches(question: str, confirmed: list[str], subs: list[dict]) -> list[dict]:
     """What fans out: every sub-question (index 1..n) and, when no sub-question narrows the products
     (parts or sentences of one question, not one product each), the whole question as well (index
     0, `whole`): its retrieval is what the question would get unsplit, so the parts can only add
     passages to it, never lose the one passage that answers several parts at once."""
     branches = [{**sub, "index": i} for i, sub in enumerate(subs, 1)]
-    if subs and all(sorted(sub["item_names"]) == sorted(item_names) for sub in subs):
-        branches.insert(0, {"question": question, "item_names": list(item_names), "index": 0, "whole": True})
+    if subs and all(sorted(sub["products"]) == sorted(confirmed) for sub in subs):
+        branches.insert(0, {"question": question, "products": list(confirmed), "index": 0, "whole": True})
     return branches
 
 
-def plan_question(question: str, item_names: list[str], known: list[str], llm: ChatOpenAI | None = None) -> dict:
-    """{complexity, reason, sub_questions: [{question, item_names}], method, item_names}; with a JSON-mode
+def plan_question(question: str, confirmed: list[str], known: list[str], llm: ChatOpenAI | None = None) -> dict:
+    """{complexity, reason, sub_questions: [{question, confirmed}], method, confirmed}; with a JSON-mode
     chat model the model plans, offline (or when its reply is unusable) the rules do."""
-    products = named_products(question, item_names, known)
+    products = named_products(question, confirmed, known)
     if not MARKERS.search(question):
         plan = simple("没有比较或分项的提法")
     else:
-        plan = (llm and model_plan(llm, question, products)) or rule_plan(question, products, item_names, known)
-    return {**plan, "item_names": products}
+        plan = (llm and model_plan(llm, question, products)) or rule_plan(question, products, confirmed, known)
+    return {**plan, "products": products}

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("query.retrieval")
 
-OUTPUT = ["chunk_id", "content", "item_name", "title", "parent_title", "file_title", "doc_id", "page_start",
+OUTPUT = ["chunk_id", "content", "product", "title", "parent_title", "file_title", "doc_id", "page_start",
           "page_end"]
 # A chunk with fewer letters and digits than this besides its headings and pictures (a cover page,
 # a lone heading, a bare "see chapter X") is never put before one that has text. A link's text and
@@ -30,10 +30,10 @@ MD_LINK = re.compile(r"\[([^\]\n]*)\]\([^)\n]*\)")
 WORD = re.compile(r"[\w\u4e00-\u9fff]")
 
 
-def without_products(text: str, item_names: list[str] | None) -> str:
+def without_products(text: str, products: list[str] | None) -> str:
     """The question without the words of the confirmed products' names: every candidate of the
     filtered search shares them, so lexically they only add noise."""
-    names = [squashed(n) for n in item_names or [] if n.strip()]
+    names = [squashed(n) for n in products or [] if n.strip()]
     if not names:
         return text
     kept = [t for t in jieba.lcut(text) if not (squashed(t) and all(squashed(t) in n for n in names))]
@@ -41,16 +41,16 @@ def without_products(text: str, item_names: list[str] | None) -> str:
     return rest if WORD.search(rest) else text
 
 
-def search_chunks(cfg: QueryConfiguration, text: str, item_names: list[str] | None,
+def search_chunks(cfg: QueryConfiguration, text: str, products: list[str] | None,
                   limit: int | None = None) -> list[Hit]:
     """Dense and sparse recall (optionally per product), fused by weighted reciprocal rank; all of
     both lists unless `limit`."""
     cal = cfg.calibration()
     store = cfg.vector_store
     vec = cfg.embedder.embed_query(text)
-    expr = in_filter("item_name", item_names) if item_names else ""
+    expr = in_filter("product", products) if products else ""
     dense = store.dense_search(store.chunks, vec, expr=expr, limit=cal.recall_limit, fields=OUTPUT)
-    lexical = without_products(text, item_names) if cal.strip_products else text
+    lexical = without_products(text, products) if cal.strip_products else text
     sparse = store.sparse_search(store.chunks, vec, lexical, expr=expr, limit=cal.recall_limit, fields=OUTPUT)
     hits = rrf_fuse([(sparse, cal.sparse_weight), (dense, cal.dense_weight)], top_n=limit or 2 * cal.recall_limit)
     return [{**hit, "rank": rank} for rank, hit in enumerate(hits, 1)]
@@ -88,11 +88,11 @@ def is_thin(doc: dict) -> bool:
     return len(re.sub(r"[\s\W_]+", "", body)) < THIN_CHARS
 
 
-def rerank_order(reranker: Reranker, query: str, docs: list[dict], item_names: list[str] | None,
+def rerank_order(reranker: Reranker, query: str, docs: list[dict], products: list[str] | None,
                  cal: Calibration) -> tuple[list[tuple[float, dict]], str]:
     """(score, doc) in final order, and the scorer's name: the reranker's order fused with the recall
     order by the calibrated weights; chunks without text go last. A scorer that fails raises."""
-    scores = reranker.score(without_products(query, item_names) if cal.strip_products else query, docs)
+    scores = reranker.score(without_products(query, products) if cal.strip_products else query, docs)
     fused = {i: 0.0 for i in range(len(docs))}
     # The recall order of each source (manual chunks, web results) is its own list, as in RRF.
     for source in dict.fromkeys(d.get("source", "local") for d in docs):
@@ -125,12 +125,12 @@ def scorer_name(cfg: QueryConfiguration) -> str:
 
 
 def rank_and_cut(cfg: QueryConfiguration, question: str, docs: list[dict],
-                 item_names: list[str] | None) -> tuple[list[dict], dict]:
+                 products: list[str] | None) -> tuple[list[dict], dict]:
     """Docs in rerank order (scorer fused with the recall order), cut at the first cliff, and what
     the step shows of it. A broken scorer degrades to the fused order, never to no answer."""
     cal = cfg.calibration()
     try:  # loading the model is part of scoring: a bad model folder fails here too
-        ranked, scorer = rerank_order(cfg.reranker, question, docs, item_names, cal)
+        ranked, scorer = rerank_order(cfg.reranker, question, docs, products, cal)
         # How many are relevant comes from the scores; which ones, from the fused order.
         keep = cliff_cutoff(sorted((s for s, _ in ranked), reverse=True), *cal.cliff)
     except Exception as exc:
@@ -145,5 +145,5 @@ def rank_and_cut(cfg: QueryConfiguration, question: str, docs: list[dict],
 
 def brief(hits: list[dict], n: int = 10) -> list[dict]:
     """What the UI shows of a hit list."""
-    return [{"chunk_id": h.get("chunk_id"), "title": h.get("title", ""), "item_name": h.get("item_name", ""),
+    return [{"chunk_id": h.get("chunk_id"), "title": h.get("title", ""), "product": h.get("product", ""),
              "score": round(float(h.get("score", 0.0)), 4)} for h in hits[:n]]

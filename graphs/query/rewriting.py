@@ -38,7 +38,7 @@ def feedback_terms(question: str, docs: list[dict], n: int = FEEDBACK_TERMS) -> 
     weights: dict[str, float] = defaultdict(float)
     for doc in docs[:FEEDBACK_DOCS]:
         score = max(float(doc.get("score") or 0.0), 0.01)
-        product = set(words(f"{doc.get('item_name', '')} {doc.get('file_title', '')}"))
+        product = set(words(f"{doc.get('product', '')} {doc.get('file_title', '')}"))
         for text, boost in ((doc.get("content") or "", 1.0),
                             (f"{doc.get('title', '')} {doc.get('parent_title', '')}", HEADING_WEIGHT)):
             found = [w for w in words(text) if w not in known and w not in product]
@@ -47,10 +47,10 @@ def feedback_terms(question: str, docs: list[dict], n: int = FEEDBACK_TERMS) -> 
     return sorted(weights, key=lambda w: (-weights[w], w))[:n]
 
 
-def model_plan(llm: ChatOpenAI, question: str, item_names: list[str], docs: list[dict]) -> dict | None:
+def model_plan(llm: ChatOpenAI, question: str, products: list[str], docs: list[dict]) -> dict | None:
     """{method, text} from one JSON-mode call; None when the reply is unusable."""
     titles = "\n".join(f"- {d.get('title', '')}" for d in docs[:FEEDBACK_DOCS]) or "（无）"
-    user = load_prompt("rewrite_plan_user", item_names="、".join(item_names), question=question, titles=titles)
+    user = load_prompt("rewrite_plan_user", products="、".join(products), question=question, titles=titles)
     try:
         data = parse_json_reply(invoke_text(llm, load_prompt("rewrite_plan_system"), user))
     except Exception as exc:
@@ -65,10 +65,10 @@ def model_plan(llm: ChatOpenAI, question: str, item_names: list[str], docs: list
     return {"method": method, "text": text[:MAX_AID_CHARS]}
 
 
-def plan_rewrite(question: str, item_names: list[str], docs: list[dict], llm: ChatOpenAI | None = None) -> dict:
+def plan_rewrite(question: str, products: list[str], docs: list[dict], llm: ChatOpenAI | None = None) -> dict:
     """{method, text, query}: `query` is what the second retrieval searches with. With a JSON-mode chat
     model the model picks step-back or HyDE; offline, pseudo-relevance feedback terms."""
-    plan = model_plan(llm, question, item_names, docs) if llm is not None else None
+    plan = model_plan(llm, question, products, docs) if llm is not None else None
     if plan is None:
         terms = feedback_terms(question, docs)
         plan = {"method": "prf", "text": " ".join(terms), "terms": terms}

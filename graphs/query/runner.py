@@ -18,7 +18,7 @@ from services.errors import ImportProcessError
 
 log = logging.getLogger("query.runner")
 
-SUMMARY_KEYS = ("session_id", "original_query", "rewritten_query", "branch", "item_names", "candidates",
+SUMMARY_KEYS = ("session_id", "original_query", "rewritten_query", "branch", "products", "candidates",
                 "decision", "answer", "image_urls", "sources", "rerank_info", "warnings", "plan", "sub_questions",
                 "grade", "rewrite")
 

@@ -18,7 +18,7 @@ class QueryGraphState(TypedDict, total=False):
     original_query: str
     rewritten_query: str
     pinned_product: str          # chosen by the user (candidate button): skips extraction
-    item_names: list[str]
+    products: list[str]
     candidates: list[str]        # clarification options (branch B) or what the KB covers (branch C)
     branch: str                  # "confirmed" | "ask" | "refuse"
     decision: dict               # how the product was decided (scores, method)
@@ -32,7 +32,7 @@ class QueryGraphState(TypedDict, total=False):
     reranked_docs: list[dict]
     rerank_info: dict            # scorer, scores, cut-off position
     plan: dict                   # complexity, reason, method of the question's planning
-    sub_questions: list[dict]    # [{question, item_names}] of a complex question (empty: simple)
+    sub_questions: list[dict]    # [{question, products}] of a complex question (empty: simple)
     sub_question: dict           # the one sub-question a fanned-out branch works on
     sub_results: Annotated[list[dict], operator.add]  # per sub-question: docs, grade (parallel writers)
     grade: dict                  # the evidence's grade and route (answer | rewrite | clarify | no_knowledge)

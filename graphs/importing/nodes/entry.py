@@ -8,7 +8,7 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.files import SUPPORTED, doc_identity, validate_file
-from graphs.importing.nodes.item_name import MAX_NAME_CHARS, one_line
+from graphs.importing.nodes.product import MAX_NAME_CHARS, one_line
 from graphs.importing.state import ImportGraphState
 from services.errors import StateFieldError, ValidationError
 
@@ -27,7 +27,7 @@ def node_entry(state: ImportGraphState, config: RunnableConfig) -> dict:
     settings = cfg.settings
     # A staged upload was checked when it was received; a file given by path is checked here.
     kind = SUPPORTED.get(path.suffix.lower()) if state.get("staged") and path.is_file() else validate_file(path, settings.max_upload_mb)
-    if len(one_line(state.get("product") or "")) > MAX_NAME_CHARS:  # refused before anything is written
+    if len(one_line(state.get("requested_product") or "")) > MAX_NAME_CHARS:  # refused before anything is written
         raise ValidationError(f"指定的商品名太长，请不要超过 {MAX_NAME_CHARS} 个字。")
     # Load the embedder and open the collections now: a wrong model path or a collection made by
     # another embedder fails here, before anything is converted or uploaded.

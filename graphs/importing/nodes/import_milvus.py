@@ -34,7 +34,7 @@ def record_version(state: ImportGraphState, original_key: str, chunks: int, embe
         "source": state.get("source") or "path",
         "source_path": str(path.resolve()) if (state.get("source") or "path") == "path" else "",
         "content_hash": state.get("content_hash") or file_sha256(path),
-        "product": state["item_name"], "product_source": state.get("item_name_source", ""),
+        "product": state["product"], "product_source": state.get("product_source", ""),
         "product_evidence": state.get("product_evidence", ""), "pages": int(state.get("pages") or 0),
         "chunks": chunks, "images_resolved": sum(1 for i in images if i["status"] == "uploaded"),
         "images_missing": sum(1 for i in images if i["status"] == "missing"), "bytes": path.stat().st_size,
@@ -47,13 +47,13 @@ def record_version(state: ImportGraphState, original_key: str, chunks: int, embe
 def node_import_milvus(state: ImportGraphState, config: RunnableConfig) -> dict:
     cfg = ImportConfiguration.from_runnable_config(config)
     store, registry, embedder = cfg.vector_store, cfg.registry, cfg.embedder
-    name = state["item_name"]
+    name = state["product"]
     rows = [
         {**c, "file_title": state["file_title"], "doc_id": state["doc_id"], "part": int(c.get("part") or 1)}
         for c in state["chunks"]
     ]
     # Embedded before anything is written: a failure here leaves the store untouched.
-    item = {"file_title": state["file_title"], "item_name": name, **embedder.embed([name])[0]}
+    item = {"file_title": state["file_title"], "product": name, **embedder.embed([name])[0]}
     original = state.get("original_key") or cfg.object_store.upload_original(
         Path(state["import_file_path"]), state["doc_key"])
     version = record_version(state, original, len(rows), f"{embedder.name}/{embedder.dim}")

@@ -125,7 +125,7 @@ def sources_of(docs: list[dict]) -> list[dict]:
     source names its pages (0: not from a PDF) and its document, whose original can be opened."""
     return [{"index": i, "source": d.get("source", "local"), "chunk_id": d.get("chunk_id", ""),
              "doc_id": d.get("doc_id", ""), "title": d.get("title", ""), "file_title": d.get("file_title", ""),
-             "item_name": d.get("item_name", ""), "url": d.get("url", ""),
+             "product": d.get("product", ""), "url": d.get("url", ""),
              "page_start": int(d.get("page_start") or 0), "page_end": int(d.get("page_end") or 0),
              "score": round(float(d.get("score", 0.0)), 4), "content": d.get("content", "")}
             for i, d in enumerate(docs, 1)]
@@ -140,7 +140,7 @@ def node_answer_output(state: QueryGraphState, config: RunnableConfig) -> dict:
     docs = state.get("reranked_docs") or []
     context, history, n = build_context(docs, state.get("history") or [], cfg.settings.max_context_chars)
     prompt = load_prompt("answer_user", context=context or "（无）", history=history,
-                         item_names="、".join(state.get("item_names") or []), question=state["rewritten_query"])
+                         products="、".join(state.get("products") or []), question=state["rewritten_query"])
     llm = cfg.chat_model()
     if llm is None:
         answer, cited = extractive_answer(state["rewritten_query"], docs)

@@ -24,9 +24,9 @@ ROUTE_NAMES = {"answer": "可以回答", "rewrite": "证据不足，改写后再
 def node_grade(state: QueryGraphState, config: RunnableConfig) -> dict:
     cfg = QueryConfiguration.from_runnable_config(config)
     docs = state.get("reranked_docs") or []
-    item_names = state.get("item_names") or []
+    products = state.get("products") or []
     done = int(state.get("rewrite_count") or 0)
-    grade = grade_evidence(cfg, state["rewritten_query"], item_names, docs, rewrites_left=MAX_REWRITES - done)
+    grade = grade_evidence(cfg, state["rewritten_query"], products, docs, rewrites_left=MAX_REWRITES - done)
     out: dict = {"grade": grade}
     first = state.get("first_evidence")
     if first:
@@ -43,7 +43,7 @@ def node_grade(state: QueryGraphState, config: RunnableConfig) -> dict:
     if caution:
         out["warnings"] = [caution]
     if grade["route"] == "no_knowledge":
-        out["answer"] = no_knowledge_text(item_names)
+        out["answer"] = no_knowledge_text(products)
     elif grade["route"] == "clarify":
         out["answer"] = clarify_text(grade)
     used = {"first": "，沿用第一次检索的资料", "rewritten": "，采用改写后检索的资料"}.get(grade.get("evidence"), "")

@@ -50,17 +50,17 @@ def node_load_history(state: QueryGraphState, config: RunnableConfig) -> dict:
 def node_save_history(state: QueryGraphState, config: RunnableConfig) -> dict:
     cfg = QueryConfiguration.from_runnable_config(config)
     store = cfg.history_store
-    item_names = state.get("item_names") or []
+    products = state.get("products") or []
     if state.get("message_id"):
         try:  # the question's record learns what it was understood as
             store.update_message(state["message_id"], rewritten_query=state.get("rewritten_query", ""),
-                                 item_names=item_names)
-            store.backfill_item_names(state["session_id"], item_names)
+                                 products=products)
+            store.backfill_products(state["session_id"], products)
         except Exception as exc:
             log.warning("history update failed: %s", exc)
     try:
         store.add_message(state["session_id"], "assistant", state.get("answer") or "",
-                          rewritten_query=state.get("rewritten_query", ""), item_names=item_names,
+                          rewritten_query=state.get("rewritten_query", ""), products=products,
                           image_urls=state.get("image_urls") or [])
     except Exception as exc:  # the answer is already with the user; losing the log is not fatal
         log.warning("saving the answer failed: %s", exc)

@@ -13,8 +13,8 @@ from graphs.query.state import QueryGraphState
 def node_rerank(state: QueryGraphState, config: RunnableConfig) -> dict:
     cfg = QueryConfiguration.from_runnable_config(config)
     docs = merge_sources(state.get("rrf_chunks") or [], state.get("web_search_docs") or [])
-    kept, info = rank_and_cut(cfg, state["rewritten_query"], docs, state.get("item_names"))
-    detail = [{"title": d.get("title", ""), "item_name": d.get("item_name", ""), "source": d["source"],
+    kept, info = rank_and_cut(cfg, state["rewritten_query"], docs, state.get("products"))
+    detail = [{"title": d.get("title", ""), "product": d.get("product", ""), "source": d["source"],
                "score": round(d["score"], 4)} for d in kept]
     return {"reranked_docs": kept, "rerank_info": info, "_detail": {**info, "kept": detail},
             "_summary": f"{info['scorer']}：{info['total']} 条中保留前 {info['cutoff']} 条"}

@@ -15,7 +15,7 @@ METHOD_NAMES = {"step_back": "退一步提问", "hyde": "假设文档（只用�
 def node_rewrite_query(state: QueryGraphState, config: RunnableConfig) -> dict:
     cfg = QueryConfiguration.from_runnable_config(config)
     docs = state.get("reranked_docs") or []
-    plan = plan_rewrite(state["rewritten_query"], state.get("item_names") or [], docs, cfg.chat_model(json_mode=True))
+    plan = plan_rewrite(state["rewritten_query"], state.get("products") or [], docs, cfg.chat_model(json_mode=True))
     first = {"docs": docs, "grade": state.get("grade") or {}, "rerank_info": state.get("rerank_info") or {}}
     return {"rewrite": plan, "rewrite_count": int(state.get("rewrite_count") or 0) + 1, "first_evidence": first,
             "_summary": f"{METHOD_NAMES[plan['method']]}：{plan['query']}", "_detail": plan}

@@ -12,5 +12,5 @@ from graphs.query.state import QueryGraphState
 @graph_node("query", "node_search_embedding", "向量检索")
 def node_search_embedding(state: QueryGraphState, config: RunnableConfig) -> dict:
     cfg = QueryConfiguration.from_runnable_config(config)
-    hits = search_chunks(cfg, state["rewritten_query"], state["item_names"])
+    hits = search_chunks(cfg, state["rewritten_query"], state["products"])
     return {"embedding_chunks": hits, "_summary": f"召回 {len(hits)} 个切片", "_detail": brief(hits)}

@@ -23,10 +23,10 @@ def node_search_embedding_hyde(state: QueryGraphState, config: RunnableConfig) -
         return {"hyde_embedding_chunks": [], "_status": "skipped", "_summary": "已在设置中关闭 HyDE"}
     question = state["rewritten_query"]
     try:
-        doc = invoke_text(llm, "", load_prompt("hyde", item_names="、".join(state["item_names"]), question=question))
+        doc = invoke_text(llm, "", load_prompt("hyde", products="、".join(state["products"]), question=question))
     except Exception as exc:  # one recall branch failing must not fail the answer
         return {"hyde_embedding_chunks": [], "_status": "skipped", "_summary": f"HyDE 生成失败：{exc}"}
     doc = doc[:HYDE_MAX_CHARS]
-    hits = search_chunks(cfg, f"{question} {doc}", state["item_names"])
+    hits = search_chunks(cfg, f"{question} {doc}", state["products"])
     return {"hyde_doc": doc, "hyde_embedding_chunks": hits,
             "_summary": f"假设文档 {len(doc)} 字，召回 {len(hits)} 个切片", "_detail": brief(hits)}

@@ -16,7 +16,7 @@ from graphs.query.state import QueryGraphState
 @graph_node("query", "node_search_rewritten", "改写后检索")
 def node_search_rewritten(state: QueryGraphState, config: RunnableConfig) -> dict:
     cfg = QueryConfiguration.from_runnable_config(config)
-    hits = search_chunks(cfg, state["rewrite"]["query"], state.get("item_names") or [])
-    kept, info = rank_and_cut(cfg, state["rewritten_query"], hits, state.get("item_names") or [])
+    hits = search_chunks(cfg, state["rewrite"]["query"], state.get("products") or [])
+    kept, info = rank_and_cut(cfg, state["rewritten_query"], hits, state.get("products") or [])
     return {"reranked_docs": kept, "rerank_info": info,
             "_summary": f"召回 {len(hits)} 个切片，保留前 {len(kept)} 个", "_detail": brief(kept)}

@@ -20,11 +20,11 @@ def node_sub_question(state: QueryGraphState, config: RunnableConfig) -> dict:
     cfg = QueryConfiguration.from_runnable_config(config)
     sub = state["sub_question"]
     event = {"type": "sub_question", "index": sub["index"], "question": sub["question"],
-             "item_names": sub["item_names"], "whole": bool(sub.get("whole"))}
+             "products": sub["products"], "whole": bool(sub.get("whole"))}
     emit({**event, "phase": "start"})
-    hits = search_chunks(cfg, sub["question"], sub["item_names"])
-    kept, info = rank_and_cut(cfg, sub["question"], hits, sub["item_names"])
-    grade = grade_evidence(cfg, sub["question"], sub["item_names"], kept, sub_question=True)
+    hits = search_chunks(cfg, sub["question"], sub["products"])
+    kept, info = rank_and_cut(cfg, sub["question"], hits, sub["products"])
+    grade = grade_evidence(cfg, sub["question"], sub["products"], kept, sub_question=True)
     found = grade["route"] == "answer"
     summary = (f"{'找到资料' if found else '资料不足'}：保留 {len(kept)} 个切片，置信度 {grade['confidence']:.2f}")
     emit({**event, "phase": "end", "summary": summary, "grade": grade, "hits": brief(kept)})

@@ -36,7 +36,7 @@ def node_synthesis(state: QueryGraphState) -> dict:
            "rerank_info": {"scorer": scorer, "cutoff": len(docs), "total": len(docs),
                            "scores": [round(d["score"], 4) for d in docs]}}
     if not used:
-        out["answer"] = no_knowledge_text(state.get("item_names") or [])
+        out["answer"] = no_knowledge_text(state.get("products") or [])
     whole = "连同原问题的检索结果，" if any(r.get("whole") for r in used) else ""
     out["_summary"] = (f"{grade['used']}/{len(parts)} 个子问题有相关资料（{len(answered)} 个足以回答），"
                        f"{whole}合并 {len(docs)} 个切片")

@@ -1,4 +1,4 @@
-"""node_item_name_recognition: which product is this document about?
+"""node_product_recognition: which product is this document about?
 
 Order: the name the user gave > the chat model > an offline guess that beats the bare file title
 (documentation sites export pages named `introduction.md`).
@@ -21,7 +21,7 @@ from graphs.vocabulary import PRODUCT_NOUNS
 from services.chat_model import invoke_text
 from services.prompts import load_prompt
 
-log = logging.getLogger("import.node_item_name_recognition")
+log = logging.getLogger("import.node_product_recognition")
 
 TOP_K = 3
 CONTEXT_LIMIT = 2500
@@ -70,7 +70,7 @@ def title_lines(md_text: str) -> str:
     return " ".join(found)
 
 
-def offline_item_name(md_text: str, chunks: list[dict], file_title: str, source: Path) -> str:
+def offline_product(md_text: str, chunks: list[dict], file_title: str, source: Path) -> str:
     """Opening title lines, plus the brand written before them and a version the file name carries."""
     text = md_text[:20000] or "\n".join(c["content"] for c in chunks[:TOP_K])
     stem_name = clean_name(file_title.replace("_", " "))
@@ -100,11 +100,11 @@ def offline_item_name(md_text: str, chunks: list[dict], file_title: str, source:
     return re.sub(r"\s+", " ", name).strip()[:MAX_NAME_CHARS] or file_title[:MAX_NAME_CHARS]
 
 
-def llm_item_name(llm: ChatOpenAI, chunks: list[dict], file_title: str) -> str:
+def model_product(llm: ChatOpenAI, chunks: list[dict], file_title: str) -> str:
     context = "\n\n".join(f"【片段{i}】\n{c['content']}" for i, c in enumerate(chunks[:TOP_K], 1))
-    user = load_prompt("item_name_user", file_title=file_title, context=context[:CONTEXT_LIMIT])
+    user = load_prompt("product_user", file_title=file_title, context=context[:CONTEXT_LIMIT])
     try:
-        name = invoke_text(llm, load_prompt("item_name_system"), user)
+        name = invoke_text(llm, load_prompt("product_system"), user)
     except Exception as exc:  # the offline guess takes over
         log.warning("LLM item name failed: %s", exc)
         return ""
@@ -114,29 +114,29 @@ def llm_item_name(llm: ChatOpenAI, chunks: list[dict], file_title: str) -> str:
     return "" if name in {"", '""', "空字符串"} else name[:MAX_NAME_CHARS]
 
 
-@graph_node("import", "node_item_name_recognition", "商品名识别")
-def node_item_name_recognition(state: ImportGraphState, config: RunnableConfig) -> dict:
+@graph_node("import", "node_product_recognition", "商品名识别")
+def node_product_recognition(state: ImportGraphState, config: RunnableConfig) -> dict:
     llm = ImportConfiguration.from_runnable_config(config).chat_model()
     chunks = state["chunks"]
-    given = one_line(state.get("product") or "")
+    given = one_line(state.get("requested_product") or "")
     evidence = state.get("product_evidence", "")
     if given:
-        name, source = given, state.get("item_name_source") or "user"
+        name, source = given, state.get("product_source") or "user"
     else:
         text = state.get("md_content", "")
         page = read_page(state["import_file_path"], text)
         stems = {state["file_title"], Path(state["import_file_path"]).stem}
         # the model proposes; a name the document does not use (or a stem, a heading) is refused
-        name, source = (llm_item_name(llm, chunks, state["file_title"]) if llm else ""), "llm"
+        name, source = (model_product(llm, chunks, state["file_title"]) if llm else ""), "llm"
         if not is_valid_name(name, [page], stems):
-            name, source = offline_item_name(text, chunks, state["file_title"], Path(state["import_file_path"])), "offline"
+            name, source = offline_product(text, chunks, state["file_title"], Path(state["import_file_path"])), "offline"
         if not is_valid_name(name, [page], stems):
             named = SetRecogniser([page]).assign().get(page.key)
             if named and named.product:
                 name, evidence = named.product, named.evidence
             else:
                 evidence = "未能从文档中确定产品名，请确认或修改"
-    named_chunks = [{**chunk, "item_name": name} for chunk in chunks]
+    named_chunks = [{**chunk, "product": name} for chunk in chunks]
     how = {"user": "用户指定", "set": "按整组文档识别", "llm": "大模型识别", "offline": "离线规则识别"}[source]
-    return {"chunks": named_chunks, "item_name": name, "item_name_source": source, "product_evidence": evidence,
+    return {"chunks": named_chunks, "product": name, "product_source": source, "product_evidence": evidence,
             "_summary": f"{name}（{how}）" + (f"：{evidence}" if evidence else "")}

@@ -1,4 +1,4 @@
-"""node_item_name_confirm: which product is the question about?
+"""node_product_confirm: which product is the question about?
 
 Branch A: confirmed products -> retrieval. Branch B: candidates -> ask with buttons.
 Branch C: nothing relevant -> polite refusal listing what the knowledge base covers.
@@ -20,7 +20,7 @@ from graphs.query.state import QueryGraphState
 from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
 
-log = logging.getLogger("query.node_item_name_confirm")
+log = logging.getLogger("query.node_product_confirm")
 
 MAX_CANDIDATES = 3
 
@@ -30,7 +30,7 @@ def format_history(history: list[dict]) -> str:
     for msg in history:
         when = datetime.fromtimestamp(float(msg.get("ts") or 0)).strftime("%Y-%m-%d %H:%M")
         role = "用户" if msg.get("role") == "user" else "助手"
-        names = "、".join(msg.get("item_names") or []) or "无"
+        names = "、".join(msg.get("products") or []) or "无"
         lines.append(f"[{when}] {role}：{msg.get('text', '')[:300]}（关联商品：{names}）")
     return "\n".join(lines) or "（无）"
 
@@ -46,7 +46,7 @@ def extract_with_llm(cfg: QueryConfiguration, query: str, history: list[dict]) -
     except Exception as exc:  # the offline path still decides
         log.warning("rewrite failed: %s", exc)
         return None
-    names = data.get("item_names")
+    names = data.get("products")
     names = [names] if isinstance(names, str) else names if isinstance(names, list) else []
     names = list(dict.fromkeys(re.sub(r"\s+", " ", str(n)).strip() for n in names if str(n).strip()))
     rewritten = str(data.get("rewritten_query") or "").strip() or query
@@ -63,7 +63,7 @@ def vector_scores(cfg: QueryConfiguration, names: list[str]) -> dict[str, float]
     scores: dict[str, float] = {}
     for name in names:
         for hit in store.hybrid_search(store.items, embedder.embed_query(name), name, limit=5):
-            scores[hit["item_name"]] = max(scores.get(hit["item_name"], 0.0), hit["score"])
+            scores[hit["product"]] = max(scores.get(hit["product"], 0.0), hit["score"])
     return scores
 
 
@@ -80,25 +80,25 @@ def evidence_products(cfg: QueryConfiguration, query: str) -> tuple[list[str], l
     ranked = sorted(zip(scores, hits), key=lambda p: -p[0])
     top = ranked[0][0]
     if top < EVIDENCE_THRESHOLD:
-        return [], [{"item_name": h["item_name"], "score": s} for s, h in ranked[:3]]
-    strong = [h["item_name"] for s, h in ranked if s >= top - EVIDENCE_MARGIN]
-    return list(dict.fromkeys(strong)), [{"item_name": h["item_name"], "score": s} for s, h in ranked[:5]]
+        return [], [{"product": h["product"], "score": s} for s, h in ranked[:3]]
+    strong = [h["product"] for s, h in ranked if s >= top - EVIDENCE_MARGIN]
+    return list(dict.fromkeys(strong)), [{"product": h["product"], "score": s} for s, h in ranked[:5]]
 
 
 def history_products(history: list[dict]) -> list[str]:
     for msg in reversed(history):
-        if msg.get("item_names"):
-            return list(msg["item_names"])
+        if msg.get("products"):
+            return list(msg["products"])
     return []
 
 
 def decide(cfg: QueryConfiguration, query: str, products: list[str], history: list[dict], pinned: str) -> dict:
-    """{branch, item_names, candidates, rewritten_query, method, scores}"""
+    """{branch, products, candidates, rewritten_query, method, scores}"""
     if pinned:
         name = pinned if pinned in products else next(
             (m.name for m in rank_products(pinned, products) if m.kind == "full"), "")
         if name:
-            return {"branch": "confirmed", "item_names": [name], "candidates": [], "rewritten_query": query,
+            return {"branch": "confirmed", "products": [name], "candidates": [], "rewritten_query": query,
                     "method": "pinned", "scores": {name: 1.0}}
     extracted = extract_with_llm(cfg, query, history)
     names, rewritten = extracted if extracted else ([], query)
@@ -121,28 +121,28 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
                         key=lambda n: -scores[n])[:MAX_CANDIDATES]
     method = "llm+lexical" if extracted else "lexical"
     if confirmed:
-        return {"branch": "confirmed", "item_names": confirmed, "candidates": [], "rewritten_query": rewritten,
+        return {"branch": "confirmed", "products": confirmed, "candidates": [], "rewritten_query": rewritten,
                 "method": method, "scores": scores}
     if candidates:
-        return {"branch": "ask", "item_names": [], "candidates": candidates, "rewritten_query": rewritten,
+        return {"branch": "ask", "products": [], "candidates": candidates, "rewritten_query": rewritten,
                 "method": method, "scores": scores}
     if not names and not other_model:
         # No product named: a follow-up ("它") inherits the conversation's product...
         previous = [n for n in history_products(history) if n in products]
         if previous:
-            return {"branch": "confirmed", "item_names": previous, "candidates": [],
+            return {"branch": "confirmed", "products": previous, "candidates": [],
                     "rewritten_query": rewritten if extracted else f"{' '.join(previous)} {query}",
                     "method": "history", "scores": {n: 1.0 for n in previous}}
         # ...otherwise the chunks themselves say which product it is about.
         found, evidence = evidence_products(cfg, rewritten)
         if len(found) == 1:
-            return {"branch": "confirmed", "item_names": found, "candidates": [], "rewritten_query": rewritten,
-                    "method": "evidence", "scores": {e["item_name"]: e["score"] for e in evidence}}
+            return {"branch": "confirmed", "products": found, "candidates": [], "rewritten_query": rewritten,
+                    "method": "evidence", "scores": {e["product"]: e["score"] for e in evidence}}
         if found:
-            return {"branch": "ask", "item_names": [], "candidates": found[:MAX_CANDIDATES],
+            return {"branch": "ask", "products": [], "candidates": found[:MAX_CANDIDATES],
                     "rewritten_query": rewritten, "method": "evidence",
-                    "scores": {e["item_name"]: e["score"] for e in evidence}}
-    return {"branch": "refuse", "item_names": [], "candidates": [], "rewritten_query": rewritten,
+                    "scores": {e["product"]: e["score"] for e in evidence}}
+    return {"branch": "refuse", "products": [], "candidates": [], "rewritten_query": rewritten,
             "method": method, "scores": scores}
 
 
@@ -158,14 +158,14 @@ def refusal(products: list[str]) -> str:
     return f"抱歉，知识库中没有找到与您的问题相关的产品资料。目前可以回答这些产品的问题：{shown}。"
 
 
-@graph_node("query", "node_item_name_confirm", "产品确认")
-def node_item_name_confirm(state: QueryGraphState, config: RunnableConfig) -> dict:
+@graph_node("query", "node_product_confirm", "产品确认")
+def node_product_confirm(state: QueryGraphState, config: RunnableConfig) -> dict:
     cfg = QueryConfiguration.from_runnable_config(config)
     products = cfg.vector_store.product_names()
     query = state["original_query"]
     d = decide(cfg, query, products, state.get("history") or [], (state.get("pinned_product") or "").strip())
     out = {
-        "branch": d["branch"], "rewritten_query": d["rewritten_query"], "item_names": d["item_names"],
+        "branch": d["branch"], "rewritten_query": d["rewritten_query"], "products": d["products"],
         "decision": {"method": d["method"], "scores": {k: round(v, 4) for k, v in d["scores"].items()}},
     }
     if d["branch"] == "ask":
@@ -176,6 +176,6 @@ def node_item_name_confirm(state: QueryGraphState, config: RunnableConfig) -> di
         out["_summary"] = "没有找到相关产品"
     else:
         out.update(candidates=[], answer="")
-        out["_summary"] = f"已确认：{'、'.join(d['item_names'])}；检索问题：{d['rewritten_query']}"
+        out["_summary"] = f"已确认：{'、'.join(d['products'])}；检索问题：{d['rewritten_query']}"
     out["_detail"] = {"branch": d["branch"], **out["decision"], "candidates": out["candidates"]}
     return out
