@@ -20,8 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Iterator
 
-from graphs.query.contracts import answer_of
-from graphs.query.runner import astream_query
+from graphs.query import answer_of, astream_query
 from services.errors import StorageError
 from services.event_bus import FINAL_EVENTS, RunBus
 from services.settings import get_settings

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import httpx
 import psutil
+from httpx_sse import EventSource
 
-from api import sse
 from bench.cluster import free_port
 from bench.common import QA_FILE, BenchError, corpus_docs, md_table, percentiles, write_json
 
@@ -182,6 +182,13 @@ def wait_tasks(client: httpx.Client, task_ids: list[str], deadline: float) -> li
     return [done.get(t, {"task_id": t, "status": "timeout"}) for t in task_ids]
 
 
+def sse_messages(response: httpx.Response):
+    """(id, name, data) of each event of /api/stream, read with httpx-sse (an event's id is the last
+    one the stream gave, as a browser would send it back on reconnect)."""
+    for event in EventSource(response).iter_sse():
+        yield (int(event.id) if event.id else None), event.event, event.json()
+
+
 def ask_streaming(client: httpx.Client, session_id: str, text: str, sample: Sample, timeout: float) -> dict:
     started = time.perf_counter()
     reply = client.post("/api/query", json={"query": text, "session_id": session_id, "is_stream": True})
@@ -189,7 +196,7 @@ def ask_streaming(client: httpx.Client, session_id: str, text: str, sample: Samp
         raise BenchError(f"HTTP {reply.status_code} {reply.text[:200]}")
     deltas: list[str] = []
     with client.stream("GET", f"/api/stream/{session_id}", timeout=timeout) as response:
-        for name, data in sse.iter_events(response.iter_lines()):
+        for _, name, data in sse_messages(response):
             now = time.perf_counter() - started
             if name == "progress" and data.get("node") == "node_rerank" and "status" in data:
                 sample.retrieval_s = now

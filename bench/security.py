@@ -24,11 +24,10 @@ from pathlib import Path
 
 import httpx
 
-from api import sse
 from bench.chat_app import ChatApp
 from bench.cluster import free_port
 from bench.common import BenchError, isolated_data_dir, run_cli
-from bench.load import Server, upload, wait_tasks
+from bench.load import Server, sse_messages, upload, wait_tasks
 from bench.shared import CORPUS
 from services.accounts import ensure_admin_password, password_identity
 from services.object_store import local_images_root
@@ -86,16 +85,16 @@ def probe(base_url: str, keys: dict[str, str]) -> dict:
         sid = alice.post("/api/query", json={"query": "Milk-V Duo 怎么供电？", "is_stream": True}).json()["session_id"]
         seen: list[tuple[int, str, dict]] = []
         with alice.stream("GET", f"/api/stream/{sid}") as first:
-            for event in sse.iter_messages(first.iter_lines()):
+            for event in sse_messages(first):
                 if event[0] is not None:
                     seen.append(event)
                 if sum(1 for e in seen if e[1] == "delta") >= 3:
                     break
         with alice.stream("GET", f"/api/stream/{sid}", headers={"Last-Event-ID": str(seen[-1][0])}) as second:
-            seen += [e for e in sse.iter_messages(second.iter_lines()) if e[0] is not None]
+            seen += [e for e in sse_messages(second) if e[0] is not None]
         delivered = "".join(d.get("delta", "") for _, n, d in seen if n == "delta")
         answer = seen[-1][2].get("answer", "")
-        late = [n for _, n, _ in sse.iter_messages(alice.get(f"/api/stream/{sid}").text.splitlines())]
+        late = [n for _, n, _ in sse_messages(alice.get(f"/api/stream/{sid}"))]
         report["sse"] = {"answer_chars": len(answer), "delta_chars_delivered": len(delivered),
                          "duplicate_ids": len(seen) - len({e[0] for e in seen}), "late_client_events": late}
         # 5. limits and hostile input

@@ -12,7 +12,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from api import create_app, sse
+from api import create_app
+from bench.load import sse_messages
 from conftest import auth_header
 from fakes._http import UvicornThread
 from fakes.openai_server import ScriptedOpenAI
@@ -106,7 +107,7 @@ def iter_sse(client: httpx.Client, session_id: str, timeout: float = 120) -> Ite
     with client.stream("GET", f"/api/stream/{session_id}", timeout=timeout) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
-        for name, data in sse.iter_events(response.iter_lines()):
+        for _, name, data in sse_messages(response):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"SSE stream of {session_id} did not finish in {timeout}s")
             yield SseEvent(name, data, time.perf_counter())

@@ -11,7 +11,7 @@ import jwt
 import pytest
 
 from api_fixtures import api, api_client, api_server, model, raw_multipart, read_sse, wait_task  # noqa: F401 (fixtures)
-from api import sse
+from bench.load import sse_messages
 from conftest import auth_header
 from services.history_store import get_history_store
 from services.task_store import get_task_store
@@ -129,7 +129,7 @@ def test_resumed_stream_delivers_every_delta_exactly_once(api, model, product_of
                                            "is_stream": True}).json()["session_id"]
     seen: list[tuple[int, str, dict]] = []
     with api.stream("GET", f"/api/stream/{session}") as first:  # drops after the third delta
-        for event_id, name, data in sse.iter_messages(first.iter_lines()):
+        for event_id, name, data in sse_messages(first):
             if event_id is not None:
                 seen.append((event_id, name, data))
             if sum(1 for _, n, _ in seen if n == "delta") == 3:
@@ -137,7 +137,7 @@ def test_resumed_stream_delivers_every_delta_exactly_once(api, model, product_of
     resumed_from = seen[-1][0]
     with api.stream("GET", f"/api/stream/{session}", headers={"Last-Event-ID": str(resumed_from)}) as second:
         assert second.status_code == 200
-        for event_id, name, data in sse.iter_messages(second.iter_lines()):
+        for event_id, name, data in sse_messages(second):
             if event_id is not None:
                 seen.append((event_id, name, data))
     ids = [i for i, _, _ in seen]

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from graphs.importing import run_import
+from graphs.query.calibration import CALIBRATIONS, OFFLINE
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.runner import run_query
 from services.documents import get_document_registry
@@ -71,6 +72,18 @@ def test_service_objects_handed_in_are_the_ones_used(other_kb):
     result = run_query("GAMMA G7 电水壶怎么保温？", options=OFF, config={"configurable": given})
     assert result["products"] == [PRODUCT] and "六十摄氏度" in result["answer"]
     assert len(get_history_store(settings).recent(result["session_id"], 10)) == 2
+
+
+def test_calibration_follows_the_reranker_in_use(tmp_path):
+    """Settings that name a rerank server, with the offline scorer handed in: its weights and its
+    thresholds both come from the offline entry; the scorer that actually ran decides over both."""
+    settings = get_settings().replace(rerank_url="http://127.0.0.1:9", data_dir=tmp_path)
+    configured = QueryConfiguration(settings)
+    assert configured.calibration() == CALIBRATIONS[("use-m3", "cross-encoder")]
+    injected = QueryConfiguration(settings, reranker=OfflineReranker(settings))
+    assert injected.calibration() == OFFLINE
+    assert configured.calibration(scorer="offline:lexical") == OFFLINE
+    assert injected.calibration(scorer="rerank-server:m") == CALIBRATIONS[("use-m3", "cross-encoder")]
 
 
 def test_unknown_services_are_refused():

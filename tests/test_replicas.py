@@ -12,9 +12,9 @@ from collections import Counter
 import httpx
 import pytest
 
-from api import sse
 from api_fixtures import ANSWER, HYDE, REWRITE, api_client
 from bench.cluster import ClusterError, LocalCluster
+from bench.load import sse_messages
 from fakes.openai_server import ScriptedOpenAI
 from conftest import CORPUS
 from services.documents import get_document_registry
@@ -147,7 +147,7 @@ def stream_messages(client: httpx.Client, session_id: str, last_event_id: int | 
     headers = {"Last-Event-ID": str(last_event_id)} if last_event_id else {}
     with client.stream("GET", f"/api/stream/{session_id}", headers=headers, timeout=120) as response:
         assert response.status_code == 200, response.read()
-        return list(sse.iter_messages(response.iter_lines()))
+        return list(sse_messages(response))
 
 
 def test_a_streamed_question_posted_to_one_replica_is_read_from_the_other(cluster, shared):

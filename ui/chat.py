@@ -10,9 +10,7 @@ from chainlit.context import context
 from chainlit.input_widget import Switch
 from chainlit.utils import utc_now
 
-from graphs.query.contracts import FinalEvent, answer_of
-from graphs.query.product_match import rank_products
-from graphs.query.runner import astream_query
+from graphs.query import FinalEvent, answer_of, astream_query, rank_products
 from services.errors import StorageError
 from services.history_store import get_history_store
 from services.settings import get_settings

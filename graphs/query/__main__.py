@@ -6,8 +6,7 @@ import json
 import logging
 import sys
 
-from graphs.query.contracts import answer_of
-from graphs.query.runner import run_query
+from graphs.query import answer_of, run_query
 
 
 def summary(result: dict) -> dict:

@@ -34,4 +34,7 @@ class QueryConfiguration(Configuration):
         return get_chat_model(self.settings, json_mode=json_mode)
 
     def calibration(self, scorer: str | None = None) -> Calibration:
-        return calibration_of(self.settings, self.embedder.name, scorer)
+        """The constants of the scorer that ran (`scorer`), else of the reranker handed in, else of
+        the configured one: an injected reranker never gets another scorer's thresholds."""
+        given = self.given.get("reranker")
+        return calibration_of(self.settings, self.embedder.name, scorer or (given.name if given is not None else None))
