@@ -19,18 +19,22 @@ from starlette.staticfiles import StaticFiles
 
 from api import HeadAsGet, SameOrigin, mount_api
 from api.auth import SignedInOnly
-from graphs.importing import MAX_FILES, catalog, start_in_app_worker, stop_in_app_workers
+from graphs.importing import (
+    MAX_FILES, accepted_labels, catalog, picker_accept, start_in_app_worker, stop_in_app_workers,
+)
 from services.object_store import IMAGES_PREFIX, LOCAL_URL_PREFIX, local_images_root
 from services.settings import get_settings
 from ui import access, attachments, chat, knowledge, sources
 from ui.auth import LoginAddress, announce_admin_password, check_login, ensure_auth_secret, login_address
 from ui.data_layer import HistoryDataLayer
+from ui.format import import_help
 from ui.translations import mount_translations
 
 log = logging.getLogger("app")
 
+IMPORT_QUESTION = "怎么把产品说明书导入知识库？"
 EXAMPLE_QUESTIONS = [
-    ("怎么导入说明书", "怎么把产品说明书导入知识库？"),
+    ("怎么导入说明书", IMPORT_QUESTION),
     ("开发板烧录", "Milk-V Duo 怎么烧录系统镜像？"),
     ("主板接线", "SKR MINI E3 V3.0 的风扇接口在哪里？"),
 ]
@@ -45,6 +49,7 @@ announce_admin_password(settings)
 # The upload caps follow MAX_UPLOAD_MB and the import's set size, in the browser and on the server.
 config.features.spontaneous_file_upload.max_size_mb = settings.max_upload_mb
 config.features.spontaneous_file_upload.max_files = MAX_FILES  # a documentation site's pages, as one set
+config.features.spontaneous_file_upload.accept = picker_accept()  # the one list of accepted types
 
 # Chainlit's catch-all GET route shadows routes added after it: the image route goes first.
 images_root = local_images_root(settings)
@@ -149,6 +154,10 @@ async def on_message(message: cl.Message) -> None:
                                           {"interaction": name, "thread_id": cl.context.session.thread_id})
         return
     if not text:
+        return
+    if text == IMPORT_QUESTION:  # the empty knowledge base's first question: answered at once, not searched
+        await cl.Message(content=import_help(accepted_labels(), get_settings().max_upload_mb, MAX_FILES,
+                                             access.can_edit())).send()
         return
     choice = chat.typed_choice(text)
     if choice:

@@ -19,7 +19,9 @@ class ErrorBody(BaseModel):
 
 
 class UploadResponse(BaseModel):
-    task_ids: list[str] = Field(description="每个文件一个导入任务，顺序与上传顺序相同")
+    task_ids: list[str] = Field(description="每份文档一个导入任务，顺序与上传顺序相同；压缩包里的每份文档各一个")
+    files: list[str] = Field(default_factory=list, description="与 task_ids 一一对应的文件名（压缩包里的文档带上它在包内的路径）")
+    notes: list[str] = Field(default_factory=list, description="每个压缩包一行：导入了几份文档、几张图片，哪些文件没有导入及原因")
 
 
 class TaskStatus(BaseModel):
@@ -143,7 +145,7 @@ class Document(BaseModel):
     doc_id: str
     file_name: str | None = None
     product: str | None = None
-    product_source: str | None = Field(None, description="user / set / llm / offline / recovered")
+    product_source: str | None = Field(None, description="user / remembered / set / known / llm / offline / page / recovered")
     product_evidence: str | None = Field(None, description="为什么是这个产品（识别依据，或“请确认”）")
     status: str = Field(description="importing / ready / damaged")
     source: str | None = Field(None, description="path（命令行导入）或 upload（上传）")

@@ -1,4 +1,4 @@
-"""The /api endpoints (the seed's import and query services, in one router)."""
+"""The /api endpoints: importing, asking, history and task status, in one router."""
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +19,9 @@ from api.models import (
 )
 from api.runs import QueryRuns, ServerBusy, SessionBusy
 from api.uploads import upload_body_limit, upload_part_limit
-from graphs.importing import UploadRejected, discard, enqueue_set, queued_part, stage_uploads
+from graphs.importing import (
+    UploadRejected, accepted_extensions, accepted_labels, discard, enqueue_set, queued_part, stage_uploads,
+)
 from services.accounts import Identity
 from services.errors import StorageError
 from services.history_store import get_history_store
@@ -28,6 +30,11 @@ from services.task_store import get_task_store
 
 ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 403, 404, 413, 422, 503)}
 NO_SESSION = "会话不存在：{session_id}"
+UPLOAD_DESCRIPTION = (
+    "一次上传的文件作为一组导入（按整组识别产品）。压缩包（.zip / .tar.gz）会被解开：保留文件夹结构用于识别产品，"
+    "页面引用的图片从包内解析（相对路径、以 / 开头的站点路径、Windows 反斜杠路径均可）；其他文件不导入，在 notes 中逐项说明。"
+    "解压有数量和大小上限（ARCHIVE_MAX_FILES、ARCHIVE_MAX_MB），超出（例如压缩炸弹）、含有指向包外的路径或损坏的压缩包"
+    "整个被拒绝（400），不留下任何文件；包内的符号链接一律忽略。`products` 的键可以是包内路径，如 \"router-x1/index.md\"。")
 
 SessionId = Annotated[str, Path(pattern=SESSION_ID_PATTERN, description="会话 ID")]
 
@@ -54,9 +61,10 @@ router = APIRouter(prefix="/api", tags=["api"], route_class=ApiRoute)
 protected = APIRouter(dependencies=[Depends(current_user)], route_class=ApiRoute, responses=ERRORS)
 
 
-@protected.post("/upload", response_model=UploadResponse, summary="上传说明书（PDF / Word / 网页 / 文本 / Markdown），后台导入")
+@protected.post("/upload", response_model=UploadResponse, summary=f"上传说明书（{accepted_labels()}），后台导入",
+                description=UPLOAD_DESCRIPTION)
 @body_limit(upload_body_limit, upload_part_limit)
-def upload(user: Editor, files: Annotated[list[UploadFile], File(description="一个或多个 .pdf / .docx / .html / .txt / .md 文件")],
+def upload(user: Editor, files: Annotated[list[UploadFile], File(description="一个或多个文件：" + "、".join(accepted_extensions()))],
            product: Annotated[str | None, Form(max_length=200, description="指定商品名（覆盖自动识别）")] = None,
            products: Annotated[str | None, Form(max_length=20000, description='每个文件的产品：JSON 对象 {"文件名": "产品名"}')] = None):
     try:
@@ -65,8 +73,9 @@ def upload(user: Editor, files: Annotated[list[UploadFile], File(description="�
     except UploadRejected as exc:
         return error_response(exc.status, exc.message)
     try:
-        by_name = {s.name: per_file[f.filename] for s, f in zip(staged, files) if f.filename in per_file}
-        return {"task_ids": enqueue_set(staged, (product or "").strip() or None, by_name, updated_by=user.name)}
+        by_name = {str(s.path): per_file[s.display_name] for s in staged if s.display_name in per_file}
+        task_ids = enqueue_set(staged, (product or "").strip() or None, by_name, updated_by=user.name)
+        return {"task_ids": task_ids, "files": [s.display_name for s in staged], "notes": staged.notes}
     except StorageError as exc:
         queued = queued_part(exc)  # a set that broke off part way: the queued files go on
         discard([s for s in staged if s.task_id not in queued])

@@ -52,8 +52,12 @@ class BenchError(Exception):
 
 
 @contextlib.contextmanager
-def isolated_data_dir(path: str | Path | None = None, keep: bool = False, milvus_url: str = ""):
+def isolated_data_dir(path: str | Path | None = None, keep: bool = False, milvus_url: str = "",
+                      reuse: bool = False):
     """Point DATA_DIR at a fresh folder (embedded stores only) for the duration, then restore.
+    With `reuse`, `path` may already hold a knowledge base a benchmark built there (opened again);
+    its store stays open on exit for the next use in this process, since pymilvus cannot reconnect
+    to a Milvus Lite file it closed.
 
     The vector store is cached per Milvus file, so the new folder gets its own; it is closed on exit.
     A temporary folder is removed afterwards unless `keep`. `milvus_url`: a throwaway Milvus server
@@ -61,7 +65,7 @@ def isolated_data_dir(path: str | Path | None = None, keep: bool = False, milvus
     own there and are dropped on exit.
     """
     folder = Path(path) if path else Path(tempfile.mkdtemp(prefix="zgzk-bench-"))
-    if folder.exists() and any(folder.iterdir()):
+    if not reuse and folder.exists() and any(folder.iterdir()):
         raise BenchError(f"数据目录必须是空的或不存在：{folder}")
     folder.mkdir(parents=True, exist_ok=True)
     saved = {k: os.environ.get(k) for k in ("DATA_DIR", *STORAGE_SERVER_VARS, *COLLECTION_VARS)}
@@ -80,7 +84,8 @@ def isolated_data_dir(path: str | Path | None = None, keep: bool = False, milvus
         if milvus_url:
             for name in (store.chunks, store.items):
                 store.client.drop_collection(name)
-        store.close()
+        if not reuse:
+            store.close()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

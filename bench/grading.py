@@ -55,15 +55,16 @@ def contents(docs: list[dict]) -> list[str]:
     return [d.get("content", "") for d in docs]
 
 
-def trace(question: str, product: str | None = None) -> dict:
-    """The graph run to its end: the first retrieval's kept docs, the final route and evidence."""
+def trace(question: str, product: str | None = None, config: dict | None = None) -> dict:
+    """The graph run to its end (with `config` as its LangGraph configuration): the first retrieval's
+    kept docs, the final route and evidence, the products it confirmed."""
     first: list[dict] | None = None
     first_top: float | None = None  # the first grade's score: what the threshold is compared with
     parts: list[dict] = []  # a split question: every sub-question's kept docs, graded or not
     sub_tops: list[float] = []
     last: dict = {}
     state = initial_state(question, product=product, options=RETRIEVAL_OPTIONS, is_stream=False)
-    for mode, payload in build_query_graph().stream(state, stream_mode=["updates", "values"]):
+    for mode, payload in build_query_graph().stream(state, config, stream_mode=["updates", "values"]):
         if mode == "values":
             last = payload
         elif first is None and "node_rerank" in payload:
@@ -79,7 +80,8 @@ def trace(question: str, product: str | None = None) -> dict:
         first_top = max(sub_tops, default=0.0)
     return {"branch": last.get("branch"), "first": first or parts, "first_top": first_top, "final": last.get("reranked_docs") or [],
             "route": grade.get("route", ""), "rewrote": bool(last.get("rewrite")),
-            "evidence_used": grade.get("evidence", ""), "scorer": (last.get("rerank_info") or {}).get("scorer", "")}
+            "evidence_used": grade.get("evidence", ""), "scorer": (last.get("rerank_info") or {}).get("scorer", ""),
+            "products": last.get("products") or [], "query": last.get("rewritten_query") or question}
 
 
 def record(q, kind: str, product: str | None = None, expected: set[str] | None = None) -> dict:

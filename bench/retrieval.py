@@ -29,6 +29,7 @@ from bench.common import (
     targets_table, work_markdown, write_json,
 )
 from bench.sections import with_sections
+from bench.shared import CORPUS
 from graphs.importing.chunking import html_to_markdown, normalize_newlines, split_markdown
 from graphs.importing.chunking import MAX_CONTENT_LENGTH, MIN_CONTENT_LENGTH, embed_text
 from graphs.query.calibration import calibration
@@ -46,9 +47,9 @@ QUOTE_MARK = re.compile(r"(?m)^> ?")
 BRANCH_TO_EXPECT = {"confirmed": "confirm", "ask": "ask", "refuse": "refuse"}
 NAIVE_CHARS = 500
 NAIVE_COLLECTION = "bench_naive_chunks"
-SPLIT_COLLECTIONS = {"seed": "bench_seed_chunks", "smart": "bench_smart_chunks"}
+SPLIT_COLLECTIONS = {"plain": "bench_plain_chunks", "smart": "bench_smart_chunks"}
 FIELDS = ["chunk_id", "content", "title", "file_title", "product"]
-SEED_WEIGHTS = (0.8, 0.2)  # the seed's weighted hybrid, kept as a baseline
+BASELINE_WEIGHTS = (0.8, 0.2)  # a plain weighted hybrid (dense 0.8, sparse 0.2), kept as a baseline
 SYSTEMS = {
     "naive_dense": "基线1：固定500字切片＋纯向量",
     "dense": "基线2：本系统切片＋纯向量",
@@ -69,7 +70,7 @@ VARIANTS = {
     "pipeline_sections": "证据评估＋一次改写＋父级章节",
 }
 SPLIT_SYSTEMS = {
-    "seed_hybrid": "种子规则切分＋混合检索", "seed_rerank": "种子规则切分＋混合检索＋精排",
+    "plain_hybrid": "基本规则切分＋混合检索", "plain_rerank": "基本规则切分＋混合检索＋精排",
     "smart_hybrid": "本系统切分＋混合检索", "smart_rerank": "本系统切分＋混合检索＋精排",
 }
 DECISION_NAMES = {"confirm": "直接确认", "ask": "反问", "refuse": "拒答"}
@@ -163,13 +164,13 @@ def same_as_import(result, chunks: list[dict]) -> bool:
 
 
 def build_collections(results, log) -> dict:
-    """Naive, seed-rule and smart-rule chunk collections from the Markdown the import produced.
+    """Naive, plain-rule and smart-rule chunk collections from the Markdown the import produced.
 
     Every text gets the same cleanup the import applies (HTML -> Markdown), so baseline (1) differs
     from the pipeline in chunking, titles, product names, filtering and rerank only.
     """
     store = get_vector_store()
-    rows: dict[str, list[dict]] = {"naive": [], "seed": [], "smart": []}
+    rows: dict[str, list[dict]] = {"naive": [], "plain": [], "smart": []}
     smart_matches_import = True
     for r in results:
         text = html_to_markdown(normalize_newlines(work_markdown(r).read_text(encoding="utf-8")))
@@ -188,7 +189,7 @@ def build_collections(results, log) -> dict:
     for mode, name in SPLIT_COLLECTIONS.items():
         create_chunk_collection(store, name)
         fill_chunk_collection(store, name, rows[mode], [embed_text(c) for c in rows[mode]])
-    log(f"  基线集合：固定切片 {len(rows['naive'])} 个，种子规则 {len(rows['seed'])} 个，本系统规则 "
+    log(f"  基线集合：固定切片 {len(rows['naive'])} 个，基本规则 {len(rows['plain'])} 个，本系统规则 "
         f"{len(rows['smart'])} 个（{time.perf_counter() - started:.1f} 秒）")
     return {"rows": rows, "smart_matches_import": smart_matches_import}
 
@@ -283,7 +284,7 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
         "naive_dense": store.dense_search(NAIVE_COLLECTION, vec, limit=TOP_K, fields=FIELDS),
         "dense": store.dense_search(store.chunks, vec, limit=TOP_K, fields=FIELDS),
         "bm25": store.sparse_search(store.chunks, vec, q.question, limit=TOP_K, fields=FIELDS),
-        "hybrid": store.hybrid_search(store.chunks, vec, q.question, limit=TOP_K, weights=SEED_WEIGHTS,
+        "hybrid": store.hybrid_search(store.chunks, vec, q.question, limit=TOP_K, weights=BASELINE_WEIGHTS,
                                       fields=FIELDS),
         "recall": search_chunks(QueryConfiguration(), q.question, None, limit=TOP_K),
         "given_product": rerank(q.question, search_chunks(QueryConfiguration(), q.question, sorted(expected)),
@@ -292,7 +293,7 @@ def evaluate(q: Question, expected: set[str], part: str) -> dict:
     # Seed vs smart splitting: the pipeline's retrieval once the right product is confirmed.
     expr = in_filter("product", sorted(expected))
     for mode, name in SPLIT_COLLECTIONS.items():
-        hits = store.hybrid_search(name, vec, q.question, expr=expr, limit=TOP_K, weights=SEED_WEIGHTS, fields=FIELDS)
+        hits = store.hybrid_search(name, vec, q.question, expr=expr, limit=TOP_K, weights=BASELINE_WEIGHTS, fields=FIELDS)
         lists[f"{mode}_hybrid"] = hits
         lists[f"{mode}_rerank"] = rerank(q.question, hits, sorted(expected))
     budget = get_settings().max_context_chars // 2  # one section may take half the context
@@ -356,7 +357,7 @@ def summarise(records: list[dict], questions: list[Question], built: dict) -> di
                          "median_chars": sorted(len(c["content"]) for c in rows[mode])[len(rows[mode]) // 2]
                          if rows[mode] else 0,
                          "best_possible": best_possible(rows[mode], with_evidence)}
-                  for mode in ("naive", "seed", "smart")}
+                  for mode in ("naive", "plain", "smart")}
     confusion = {e: {g: sum(1 for r in records if r["expect"] == e and r["decision"] == g) for g in EXPECTS}
                  for e in EXPECTS}
     confirmed_runs = [r for r in records if r["branch"] == "confirmed"]
@@ -503,7 +504,7 @@ def report_markdown(report: dict) -> str:
         "两种规则都从导入生成的 Markdown（同样的 HTML 清理）切分，嵌入文本同为“产品名＋切片”，"
         "检索时按正确产品过滤（即产品确认正确之后的检索）。", "",
         md_table(["切分", "切片数", "中位长度（字）", "理论最高命中率"],
-                 [[{"naive": "固定500字", "seed": "种子规则", "smart": "本系统规则"}[k], v["chunks"],
+                 [[{"naive": "固定500字", "plain": "基本规则", "smart": "本系统规则"}[k], v["chunks"],
                    v["median_chars"], v["best_possible"]] for k, v in s["splitting"]["chunks"].items()]), "",
         md_table(METRIC_HEADERS, metric_rows(s["splitting"]["systems"])), "",
         f"- 本系统规则重建的切片与导入时的切片（chunks.json）逐一相同：{'是' if s['splitting']['smart_matches_import'] else '否'}",
@@ -629,13 +630,22 @@ def default_qa() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.retrieval", description="检索与产品确认评测（含基线对比）")
-    parser.add_argument("--docs", nargs="+", required=True, help="要导入的文档或文件夹")
-    parser.add_argument("--qa", nargs="+", default=default_qa(),
-                        help="问答集 JSONL，可给多个（默认 bench/data/qa_*.jsonl 全部）")
+    parser.add_argument("--docs", nargs="+", help="要导入的文档或文件夹（--loco 时不用）")
+    parser.add_argument("--qa", nargs="+", help="问答集 JSONL，可给多个（默认 bench/data/qa_*.jsonl 全部；"
+                                                "--loco 时为共享问答集，见 bench.loco）")
+    parser.add_argument("--loco", nargs="?", const=str(CORPUS), metavar="CORPUS_ROOT",
+                        help="留一语料评测：每个子目录一个语料，阈值在其余语料上选（默认语料根目录 ../shared/corpus）")
     parser.add_argument("--out", required=True, help="报告输出目录")
     add_data_dir_options(parser)
     args = parser.parse_args(argv)
-    return run_cli(lambda: run(args.docs, args.qa, args.out, args.data_dir, args.keep_data), "评测")
+    if args.loco:
+        from bench.loco import run as loco_run  # imports this module: loaded only when asked for
+
+        return run_cli(lambda: loco_run(args.loco, args.out, args.qa), "评测")
+    if not args.docs:
+        parser.error("需要 --docs（或 --loco）")
+    qa = args.qa or default_qa()
+    return run_cli(lambda: run(args.docs, qa, args.out, args.data_dir, args.keep_data), "评测")
 
 
 if __name__ == "__main__":

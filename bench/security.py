@@ -3,7 +3,9 @@
     .venv/bin/python -m bench.security [--out bench/out/security]
 
 The server is `uvicorn api:create_app` in a child process with a temporary data dir, three users
-(alice and bob edit, rita reads) and MAX_UPLOAD_MB=1; one manual is imported first. The chat app
+(alice and bob edit, rita reads) and MAX_UPLOAD_MB=1; one manual is imported first. The converter
+probes then give a server of their own (MAX_UPLOAD_MB at its default) invalid PDFs at once, and restart
+it with poison tasks queued and a converter that crashes its process (`crash`, below). The chat app
 (`chainlit run app.py`, bench/chat_app.py) is probed too, on a data dir of its own: bob logs in to
 it with a password, alice and bob also hold API keys for it.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import statistics
 import sys
@@ -19,6 +22,7 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -29,9 +33,11 @@ from bench.cluster import free_port
 from bench.common import BenchError, isolated_data_dir, run_cli
 from bench.load import Server, sse_messages, upload, wait_tasks
 from bench.shared import CORPUS
+from graphs.importing import enqueue_set, stage_uploads
 from services.accounts import ensure_admin_password, password_identity
 from services.object_store import local_images_root
-from services.settings import get_settings
+from services.settings import get_settings, reload_settings
+from services.task_store import get_task_store
 
 ROUTES = [("GET", "/api/status/x"), ("POST", "/api/query"), ("GET", "/api/stream/x"), ("GET", "/api/history/x"),
           ("DELETE", "/api/history/x"), ("POST", "/api/upload"), ("GET", "/api/products"), ("GET", "/api/documents"),
@@ -324,11 +330,108 @@ def run(out: Path | None) -> dict:
             uploads = data_dir / "uploads"
             report["input"]["upload_bytes_left_by_refusals"] = sum(
                 p.stat().st_size for p in uploads.rglob("*") if p.is_file() and "big" in p.name) if uploads.exists() else 0
+    report["converters"] = probe_converters()
     report["chat_app"] = probe_chat_app(keys)
     report["login_timing"] = probe_login_timing()
     if out:
         out.mkdir(parents=True, exist_ok=True)
         (out / "security.json").write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    return report
+
+
+# --- converters: crash-by-upload, poison tasks at restart, files left ---------------------------------
+
+CRASHING_CONVERTER = "bench.security:crash"
+BROKEN_PDF_MB = 8
+
+
+def crash(**_) -> None:
+    """The converter of the restart probe: dies the way MuPDF did on the probe's PDFs (SIGSEGV)."""
+    os.kill(os.getpid(), 11)
+
+
+def broken_pdf(path: Path, mb: int) -> Path:
+    """A PDF header and `mb` MB of object-like garbage: MuPDF tries to repair it and gives up."""
+    body = b"%PDF-1.7\n" + b"".join(b"%d 0 obj << /Length 999999 >> stream\n" % i + os.urandom(2048)
+                                     for i in range(mb * 1024 * 1024 // 2100))
+    path.write_bytes(body)
+    return path
+
+
+def files_left(data_dir: Path) -> list[str]:
+    """Files an import leaves while it runs: staged uploads, work files, stored originals."""
+    roots = [data_dir / "uploads", data_dir / "work", *(data_dir / "objects").glob("*/pdf_files")]
+    return sorted(str(p.relative_to(data_dir)) for root in roots if root.exists() for p in root.rglob("*") if p.is_file())
+
+
+@contextmanager
+def _converter_server(data_dir: Path, key: str, **env):
+    server = Server(data_dir, key, None)
+    server.env.update(IMPORT_IN_APP="true", TASK_LEASE_S="2", IMPORT_RETRY_DELAY_S="0.2", **env)
+    with server, httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {key}"},
+                              timeout=120) as client:
+        yield server, client
+
+
+def _failed_with_reason(tasks: list[dict]) -> int:
+    return sum(t["status"] == "failed" and bool(t.get("error")) for t in tasks)
+
+
+def probe_crash_by_upload(client: httpx.Client, server: Server, data_dir: Path, work: Path) -> dict:
+    """Two large invalid PDFs in one upload, parsed at once."""
+    pdfs = [broken_pdf(work / f"broken{i}.pdf", BROKEN_PDF_MB) for i in range(2)]
+    reply = client.post("/api/upload", files=[("files", (p.name, p.read_bytes(), "application/pdf")) for p in pdfs])
+    tasks = wait_tasks(client, reply.json().get("task_ids", []), deadline=time.monotonic() + 300)
+    return {"tried": len(pdfs), "failed_with_reason": _failed_with_reason(tasks),
+            "server_alive": server.proc.poll() is None and client.get("/api/health").status_code == 200,
+            "files_left": len(files_left(data_dir))}
+
+
+def _poison_tasks(work: Path) -> list[str]:
+    """While the server is down: a queued PDF and one whose worker died holding it."""
+    os.environ["IMPORT_IN_APP"] = "false"
+    settings = reload_settings()
+    try:
+        ids = []
+        for path in (CORPUS / "btt-skr-mini-e3" / "BTT SKR MINI E3 V3.0使用手册.pdf", broken_pdf(work / "held.pdf", 1)):
+            with path.open("rb") as stream:
+                ids += enqueue_set(stage_uploads([(path.name, stream)], settings))
+        get_task_store(settings).claim(ids[1], 0.01)
+        return ids
+    finally:
+        os.environ.pop("IMPORT_IN_APP")
+        reload_settings()
+
+
+def probe_poison_restart(data_dir: Path, key: str, work: Path) -> dict:
+    """Restart with poison tasks queued and a converter that crashes its process every time."""
+    ids = _poison_tasks(work)
+    started = time.monotonic()
+    with _converter_server(data_dir, key, CONVERTER_OVERRIDE=CRASHING_CONVERTER) as (server, client):
+        up_s = time.monotonic() - started
+        tasks = wait_tasks(client, ids, deadline=time.monotonic() + 300)
+        return {"poison_tasks": len(ids), "came_up": True, "up_s": round(up_s, 1),
+                "failed_with_reason": _failed_with_reason(tasks),
+                "server_alive": server.proc.poll() is None and client.get("/api/health").status_code == 200,
+                "files_left": len(files_left(data_dir)), "reasons": sorted({t.get("error", "") for t in tasks})}
+
+
+def probe_converters() -> dict:
+    key = secrets.token_urlsafe(16)
+    with isolated_data_dir() as data_dir:
+        work = data_dir.parent / f"{data_dir.name}-probe-files"
+        work.mkdir()
+        try:
+            with _converter_server(data_dir, key) as (server, client):
+                report = {"crash_by_upload": probe_crash_by_upload(client, server, data_dir, work)}
+            try:
+                report["poison_restart"] = probe_poison_restart(data_dir, key, work)
+            except BenchError as exc:  # the server did not come up
+                report["poison_restart"] = {"came_up": False, "error": str(exc)}
+        finally:
+            for path in work.iterdir():
+                path.unlink()
+            work.rmdir()
     return report
 
 

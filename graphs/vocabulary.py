@@ -19,4 +19,6 @@ TECH_TERMS = {
     "danger", "caution", "image", "images", "step", "version", "v", "id", "sn", "mac", "pin", "vcc", "gnd",
     "tx", "rx", "ok", "yes", "no", "on", "off", "ethernet", "bluetooth", "buildroot", "bootloader", "kernel",
     "eeprom", "rtc", "ir", "mcu", "soc", "cm", "lite", "pro", "max", "plus", "mini", "mm", "mb", "gb", "kb",
+    # programming languages and the app: what a product is used with, never the product
+    "python", "micropython", "java", "javascript", "lua", "app",
 }

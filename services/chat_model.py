@@ -22,7 +22,7 @@ def _model(base: str, key: str, model: str, timeout: float, json_mode: bool) -> 
     kwargs = {"response_format": {"type": "json_object"}} if json_mode else {}
     return ChatOpenAI(
         base_url=base, api_key=key, model=model, temperature=0.1, timeout=timeout, max_retries=1,
-        # Qwen's thinking chain doubles latency and tokens; this task needs none (pitfall 19).
+        # Qwen's thinking chain doubles latency and tokens; this task needs none.
         extra_body={"enable_thinking": False}, model_kwargs=kwargs,
     )
 

@@ -2,7 +2,8 @@
 
 The database is MongoDB when settings.mongo_url is set, otherwise an embedded montydb on SQLite
 under {data_dir}/history. services/task_store.py shares it. Nothing connects at import time or
-construction (pitfall 11); every backend failure surfaces as StorageError with a Chinese message.
+construction (a server that is down must not stop the app from starting); every backend failure
+surfaces as StorageError with a Chinese message.
 """
 from __future__ import annotations
 

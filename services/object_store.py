@@ -31,7 +31,7 @@ def _segments(value: str, what: str) -> list[str]:
         raise MinioError(f"{what}不能为空")
     if "\x00" in value:
         raise MinioError(f"{what}包含非法字符：{value!r}")
-    # pitfall 16: Windows-style separators must become '/', never %5C in the URL
+    # Windows-style separators must become '/', never %5C in the URL
     normalised = value.replace("\\", "/")
     drive = normalised[:1].isascii() and normalised[:1].isalpha() and normalised[1:2] == ":"
     if normalised.startswith("/") or drive:
@@ -92,7 +92,8 @@ class ObjectStore:
         path = _require_file(local_path)
         name = _original_name(path, doc_key)
         self._delete_prefix(_originals_prefix(doc_key))
-        self._put(name, path)
+        # an original is never written again where it was read from (a staged upload): it may share its bytes
+        self._put(name, path, share=True)
         return name
 
     def open_original(self, object_name: str) -> bytes:
@@ -117,7 +118,7 @@ class ObjectStore:
     def ping(self) -> bool:
         raise NotImplementedError
 
-    def _put(self, name: str, path: Path) -> None:
+    def _put(self, name: str, path: Path, share: bool = False) -> None:
         raise NotImplementedError
 
     def _get(self, name: str) -> bytes:
@@ -134,6 +135,14 @@ def local_objects_root(settings: Settings) -> Path:
 def local_images_root(settings: Settings) -> Path:
     """Folder the app mounts at {LOCAL_URL_PREFIX}/upload-images."""
     return local_objects_root(settings) / IMAGES_PREFIX
+
+
+def _hard_link(source: Path, target: Path) -> bool:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or one without hard links
+        return False
+    return True
 
 
 class LocalObjectStore(ObjectStore):
@@ -155,13 +164,16 @@ class LocalObjectStore(ObjectStore):
     def _path(self, name: str) -> Path:
         return self.root.joinpath(*name.split("/"))
 
-    def _put(self, name: str, path: Path) -> None:
+    def _put(self, name: str, path: Path, share: bool = False) -> None:
         target = self._path(name)
         # a short temporary name: a 250-byte file name plus a suffix would pass the 255-byte limit
         tmp = target.with_name(f".{uuid.uuid4().hex}.part")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, tmp)
+            # `share`: a second name for the same bytes, so an upload's original costs no disk beside
+            # its staged copy
+            if not (share and _hard_link(path, tmp)):
+                shutil.copyfile(path, tmp)
             # a reader never sees a half-written file
             os.replace(tmp, target)
         except OSError as exc:
@@ -243,7 +255,7 @@ class MinioObjectStore(ObjectStore):
             return client
 
     def object_url(self, object_name: str) -> str:
-        # built by hand: SDK helpers would encode a stray backslash as %5C (pitfall 16)
+        # built by hand: SDK helpers would encode a stray backslash as %5C
         scheme = "https" if self.secure else "http"
         return f"{scheme}://{self.endpoint}/{self.bucket}/{quote(object_name)}"
 
@@ -253,7 +265,7 @@ class MinioObjectStore(ObjectStore):
         except Exception:
             return False
 
-    def _put(self, name: str, path: Path) -> None:
+    def _put(self, name: str, path: Path, share: bool = False) -> None:
         client = self._connect()
         try:
             client.fput_object(self.bucket, name, str(path), content_type=_content_type(name))

@@ -1,6 +1,6 @@
 """Prompts are text files in `prompts/`, loaded by name and filled with `str.format`.
 
-Literal braces (JSON examples) are written doubled in the files (pitfall 3).
+Literal braces (JSON examples) are written doubled in the files (`str.format` reads single ones as fields).
 """
 from __future__ import annotations
 

@@ -30,6 +30,11 @@ class Settings(BaseSettings):
     mineru_base_url: str = "https://mineru.net/api/v4"
     mineru_poll_interval_s: float = 3.0
     mineru_timeout_s: float = 600.0
+    # every converter of native code (PDF, Word, web page) runs in a child process with these limits
+    convert_timeout_s: float = 900.0   # wall clock; above mineru_timeout_s, which is waited for inside
+    convert_memory_mb: int = 2048      # address space a conversion may add (RLIMIT_AS)
+    convert_crash_retries: int = 1     # a conversion that crashed its process is tried this often more
+    converter_override: str = ""       # "module:function" run instead of every converter (fault drills)
     # chat / vision models (OpenAI-compatible)
     openai_api_key: str = ""
     openai_api_base: str = "https://dashscope.aliyuncs.com/compatible-mode/v1"
@@ -71,7 +76,12 @@ class Settings(BaseSettings):
     mcp_api_key: str = ""
     # limits
     max_upload_mb: int = 100
+    archive_max_files: int = 2000   # entries of one uploaded .zip / .tar.gz
+    archive_max_mb: int = 1000      # its unpacked size: a zip bomb is refused before it fills the disk
     max_context_chars: int = 12000
+    # Offline grading: evidence under the refusal floor after the rewrite is "not known" (on) or
+    # answered with a caution (off: measured on left-out corpora, the floor lost found answers)
+    offline_refusal: bool = False
     # who may use the app ("API_AUTH=off" only for development on 127.0.0.1)
     api_auth: bool = True
     api_keys: str = ""
@@ -119,10 +129,20 @@ class Settings(BaseSettings):
     def _one_worker_at_least(cls, value: int) -> int:
         return max(1, value)
 
-    @field_validator("import_retries")
+    @field_validator("import_retries", "convert_crash_retries")
     @classmethod
     def _no_negative_retries(cls, value: int) -> int:
         return max(0, value)
+
+    @field_validator("convert_timeout_s")
+    @classmethod
+    def _convert_a_second_at_least(cls, value: float) -> float:
+        return max(1.0, value)
+
+    @field_validator("convert_memory_mb")
+    @classmethod
+    def _room_to_convert(cls, value: int) -> int:
+        return max(64, value)
 
     @field_validator("task_lease_s")
     @classmethod

@@ -38,7 +38,7 @@ class RunningApp:
 
 
 @contextmanager
-def serve_app(base: Path, preload=(), **extra_env: str) -> Iterator[RunningApp]:
+def app_server(base: Path, preload=(), **extra_env: str) -> Iterator[RunningApp]:
     """The app on a free port with a data dir under `base`, after importing `preload`."""
     # offline like the rest of the suite (conftest cleared the keys); the admin logs in with ADMIN_PASSWORD
     app = ChatApp(base, {"AUTH_USERS": "", "ADMIN_PASSWORD": ADMIN_PASSWORD, "CHAINLIT_AUTH_SECRET": "", **extra_env})
@@ -55,5 +55,5 @@ def serve_app(base: Path, preload=(), **extra_env: str) -> Iterator[RunningApp]:
 
 @pytest.fixture(scope="session")
 def running_app(tmp_path_factory) -> Iterator[RunningApp]:
-    with serve_app(tmp_path_factory.mktemp("app"), PRELOADED) as running:
+    with app_server(tmp_path_factory.mktemp("app"), PRELOADED) as running:
         yield running

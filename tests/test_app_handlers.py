@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import re
 import threading
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import unquote
 
 import httpx
 import pymupdf
@@ -32,8 +34,10 @@ from conftest import CORPUS_DOCS, auth_header
 from fakes.mineru_server import FakeMinerU
 from graphs.importing import MAX_FILES, stop_in_app_workers
 from graphs.importing.runner import run_import
+from graphs.importing.filetypes import accepted_labels
 from manual_files import PANEL_PNG, WEB_PRODUCT, WORD_PRODUCT, web_manual, word_manual
-from query_fixtures import model, web  # noqa: F401  (fixtures)
+from site_files import PAGES, PICTURES, PICTURES_PER_PAGE, png, site_zip, zip_of
+from query_fixtures import model, user_text, web  # noqa: F401  (fixtures)
 from services.errors import StorageError
 from services.history_store import get_history_store
 from services.object_store import local_images_root
@@ -228,7 +232,9 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
     # sources are chips under the answer; nothing is sent for the side panel until one is clicked
     assert not [e for _, n, e in s.emitter.events if n == "element" and e.get("display") == "side"]
     chips = [a for a in s.actions("open_source") if a["forId"] == reply["id"]]
-    assert chips and chips[0]["label"].startswith(f"[1] duo · ")
+    cited = sorted({int(n) for n in re.findall(r"(?m)^\*\*\[(\d+)\] ", reply["output"])})  # the quoted sources
+    assert chips and [c["payload"]["index"] for c in chips] == cited[:5]  # the cited sources only
+    assert chips[0]["label"].startswith(f"[{cited[0]}] duo · ")
     assert len({c["label"] for c in chips}) == len(chips)  # no two read alike
     assert reply["metadata"]["sources"] == [c["payload"] for c in chips]  # kept for a resumed thread
 
@@ -244,7 +250,12 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
 
 async def test_model_answer_streams_token_by_token_with_web_sources(model, web, product_of):
     question = "Milk-V Duo S 怎么烧录系统镜像？"
-    model.on_answer(question, "根据说明书，先下载镜像 [1]，再用烧录工具写入 SD 卡 [2]。")
+
+    def reply(body: dict) -> str:  # cites two manual sources and the web page, by their numbers in the prompt
+        page = re.search(r"\[(\d+)\]\[source=web\]", user_text(body)).group(1)
+        return f"根据说明书，先下载镜像 [1]，再用烧录工具写入 SD 卡 [2]。网上的教程 [{page}] 步骤相同。"
+
+    model.on_answer(question, reply)
     web.set_pages({"Duo S": [{"title": "Duo S 烧录教程", "url": "https://example.com/duos",
                               "snippet": "Duo S 烧录系统镜像的步骤：下载镜像，写入 SD 卡。"}]})
     s = Session()
@@ -260,10 +271,12 @@ async def test_model_answer_streams_token_by_token_with_web_sources(model, web, 
     web_sources = [line for line in reply["output"].split("　") if "example.com" in line]
     assert web_sources and "[Duo S 烧录教程](https://example.com/duos)" in web_sources[0]  # links out
     assert not [e for e in s.elements(reply["id"]) if "烧录教程" in e["name"]]  # no side panel for web pages
-    # the model's [n] is source n: local chips and web links share one numbering, as in its prompt
+    # the model's [n] is source n: local chips and web links share one numbering, as in its prompt,
+    # and only the sources it cites are shown
     chips = [int(a["label"][1:].split("]")[0]) for a in s.actions("open_source") if a["forId"] == reply["id"]]
     linked = [int(line.split("]")[0].lstrip("[")) for line in web_sources]
-    assert chips and sorted(chips + linked) == list(range(1, len(chips) + len(linked) + 1))
+    cited = sorted({int(n) for n in re.findall(r"\[(\d+)\]", reply["output"].split("**来源**")[0])})
+    assert chips and len(linked) == 1 and sorted(chips + linked) == cited
     prompt = model.requests("answer")[-1]["messages"][-1]["content"]
     for n in chips[:2]:
         payload = next(a["payload"] for a in s.actions("open_source") if a["label"].startswith(f"[{n}] "))
@@ -490,6 +503,19 @@ async def test_unknown_product_is_refused_with_what_the_kb_covers(product_of):
 async def test_starters_follow_the_knowledge_base(product_of, own_data):
     empty = await config.code.set_starters(None)
     assert [st.label for st in empty] == [label for label, _ in app.EXAMPLE_QUESTIONS]
+    # the empty knowledge base's first starter shows how to attach, at once and without a search
+    s = Session()
+    await s.start()
+    started = time.perf_counter()
+    await s.send(next(message for label, message in app.EXAMPLE_QUESTIONS if label == "怎么导入说明书"))
+    assert time.perf_counter() - started < 1.0 and not s.node_steps()
+    help_text = answer_of(s)["output"]
+    assert "📎" in help_text and "拖进对话框" in help_text and ".zip" in help_text
+    assert accepted_labels() in help_text and "只读" not in help_text
+    reader = Session(user="rita", role="reader")
+    await reader.start()
+    await reader.send(app.IMPORT_QUESTION)
+    assert "只读角色" in answer_of(reader)["output"]
     run_import(DUOS)
     filled = await config.code.set_starters(None)
     assert [st.label for st in filled] == [f"{product_of['duos']} 快速上手"]
@@ -597,6 +623,45 @@ async def test_word_and_web_attachments_answer_with_their_pictures(own_data, tmp
     # the app serves the session's data dir; this test's own store holds the picture itself
     stored = local_images_root(get_settings()) / images[0]["url"].split("/upload-images/", 1)[1]
     assert stored.read_bytes() == PANEL_PNG.read_bytes()
+
+
+async def test_a_site_archive_attached_in_the_chat_imports_with_its_pictures(own_data, tmp_path):
+    archive = site_zip(tmp_path / "澜舟站点.zip")
+    s = Session()
+    await s.start()
+    await s.send("", [archive])
+    messages = await s.wait_imports(len(PAGES))
+    done = {m["output"].split("》")[0].removeprefix("✅ 《"): m["output"] for m in messages if m["output"].startswith("✅")}
+    assert set(done) == set(PAGES), [m["output"][:80] for m in messages]
+    for page, pictures in PICTURES_PER_PAGE.items():
+        assert f"图片：{pictures} 张" in done[page] and "缺失" not in done[page], done[page]
+    assert "1 张只在忽略大小写时找到：images/Reset-Hole.PNG" in done["lz-cam3/reset.md"]
+    note = next(r["output"] for r in s.replies() if r["output"].startswith("📦"))
+    assert note.startswith("📦 《澜舟站点.zip》：4 份文档、5 张图片") and "assets/site.css" in note
+    await s.wait_for(lambda: any(r["output"].startswith("识别为 2 个产品") for r in s.replies()))
+    summary = next(r["output"] for r in s.replies() if r["output"].startswith("识别为"))
+    assert "LZ-Hub7" in summary and "LZ-Cam3" in summary and "（2 个文件）" in summary
+    # asked, the camera's own picture comes with the answer
+    cam = next(p for p in get_vector_store().product_names() if "LZ-Cam3" in p)
+    await s.send(f"{cam} 的镜头外圈是什么？")
+    await s.wait_for(lambda: "来源" in answer_of(s)["output"])
+    images = [e for e in s.elements(answer_of(s)["id"]) if e["type"] == "image"]
+    assert images, answer_of(s)["output"]
+    stored = local_images_root(get_settings())
+    assert all((stored / unquote(e["url"].split("/upload-images/", 1)[1])).read_bytes() in
+               {png(c) for c in PICTURES.values()} for e in images)
+    assert "图片缺失" not in answer_of(s)["output"]
+
+
+async def test_a_hostile_archive_attached_in_the_chat_is_refused_and_leaves_nothing(own_data, tmp_path):
+    escape = zip_of(tmp_path / "escape.zip", {"docs/index.md": b"# x\n\ntext", "../../evil.md": b"# evil"})
+    s = Session()
+    await s.start()
+    await s.send("", [escape])
+    [refused] = await s.wait_imports(1)
+    assert refused["output"].startswith("❌ 《escape.zip》无法导入：压缩包“escape.zip”没有导入：") and "含有“..”" in refused["output"]
+    assert not [p for p in (get_settings().data_dir / "uploads").rglob("*") if p.is_file()]
+    assert get_vector_store().count() == 0
 
 
 def manual_pdf(path: Path) -> Path:
@@ -740,9 +805,18 @@ async def test_a_task_no_process_takes_says_it_is_queued_then_runs_when_a_worker
     s = Session()
     await s.start()
     await s.send("", [DUOS])
-    await s.wait_for(lambda: any("还在排队" in m["output"] for m in s.import_messages()))
+    await s.wait_for(lambda: any("正在排队" in m["output"] for m in s.import_messages()))
     queued = s.import_messages()[-1]["output"]
-    assert "尚未开始导入" in queued and "scripts/worker.sh" in queued
+    assert "已收到并保存" in queued and "几秒到几分钟" in queued and "联系管理员" in queued
+    assert "worker" not in queued and "bash" not in queued  # words for an operator, not for a user
+    monkeypatch.setattr("ui.knowledge.QUEUED_NOTICE_S", 0.0)
+    for user, role, hinted in [("root", "admin", True), ("eddy", "editor", False), ("rita", "reader", False)]:
+        viewer = Session(user=user, role=role)
+        await viewer.start()
+        await viewer.send("/知识库")
+        overview = answer_of(viewer)["output"]
+        assert ("`bash scripts/worker.sh`" in overview) is hinted, (role, overview)
+        assert ("管理员提示：有 1 个导入任务" in overview) is hinted
     start_in_app_worker()  # a worker comes up: the queued file is imported, nothing was lost
     assert (await s.wait_imports(1))[-1]["output"].startswith("✅ 《duos.md》导入完成")
 
@@ -828,13 +902,16 @@ def test_upload_settings_take_manuals_only_up_to_the_cap():
 
     def upload(name: str, mime: str, size: int = 10) -> UploadFile:
         return UploadFile(io.BytesIO(b"x"), filename=name, size=size, headers=Headers({"content-type": mime}))
-    for name, mime in [("a.md", "text/markdown"), ("a.md", "application/octet-stream"),
+    for name, mime in [("site.zip", "application/zip"), ("site.zip", "application/x-zip-compressed"),
+                       ("site.tar.gz", "application/gzip"), ("site.tar.gz", "application/octet-stream"),
+                       ("a.md", "text/markdown"), ("a.md", "application/octet-stream"),
                        ("a.PDF", "application/pdf"), ("a.markdown", "text/x-markdown"),
                        ("a.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
                        ("a.docx", "application/octet-stream"), ("a.html", "text/html"), ("a.HTM", "text/html"),
                        ("a.txt", "text/plain")]:
         validate_file_upload(upload(name, mime))
-    for name, mime in [("a.csv", "text/csv"), ("a.exe", "application/octet-stream"), ("a.doc", "application/msword"),
+    for name, mime in [("a.png", "image/png"), ("a.rar", "application/octet-stream"),
+                       ("a.csv", "text/csv"), ("a.exe", "application/octet-stream"), ("a.doc", "application/msword"),
                        ("a.js", "text/javascript"), ("a.html", "text/plain")]:
         with pytest.raises(ValueError, match="File type not allowed"):
             validate_file_upload(upload(name, mime))
@@ -935,7 +1012,8 @@ async def test_an_empty_attachment_is_said_to_be_empty_not_upload_failed():
                                  cookies={"access_token": token}) as client:
         empty = await client.post("/project/file", params={"session_id": "s-1"},
                                   files={"file": ("空.pdf", b"", "application/pdf")})
-        assert empty.status_code == 400 and empty.json()["detail"] == "文件“空.pdf”是空的（0 字节），没有可导入的内容。"
+        # the browser's toast puts the file's name in front ("上传失败 空.pdf: …"): said once, not twice
+        assert empty.status_code == 400 and empty.json()["detail"] == "文件是空的（0 字节），没有可导入的内容。"
         # anything else is Chainlit's own route, unchanged: here, no such chat session
         other = await client.post("/project/file", params={"session_id": "s-1"},
                                   files={"file": ("a.pdf", b"%PDF-1.4", "application/pdf")})

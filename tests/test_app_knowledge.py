@@ -402,3 +402,17 @@ async def test_a_documentation_site_dropped_into_the_chat_groups_by_what_pages_s
     assert not wrong, wrong
     assert unsure  # some pages never name their product: they are asked about, not decided
     assert len(unsure) < len(pages) / 2  # ... and most do
+
+
+def test_the_chunk_view_shows_a_table_as_a_table_within_its_budget():
+    from ui.format import CHUNK_CHARS, chunk_page
+
+    record = {"file_name": "lz-hub7.md", "product": "澜舟 LZ-Hub7", "status": "ready"}
+    table = "| 引脚 | 功能 |\n|---|---|\n" + "".join(f"| GP{i} | UART 第 {i} 路 |\n" for i in range(60))
+    chunks = [{"title": "引脚分配", "content": f"下表是排针的定义。\n\n{table}\n接线前请断电。", "part": 1}]
+    page = chunk_page(record, chunks, 0)
+    # rows on lines of their own (the chat renders a table), the prose quoted around it
+    assert "> 下表是排针的定义。\n\n| 引脚 | 功能 |\n|---|---|\n| GP0 | UART 第 0 路 |\n| GP1 |" in page
+    shown = [line for line in page.split("\n") if line.startswith("| GP")]
+    assert 3 < len(shown) < 60 and sum(map(len, shown)) <= CHUNK_CHARS  # cut within the budget, and said so
+    assert page.split("\n")[-1] == "…" and "接线前请断电" not in page

@@ -12,7 +12,7 @@ import pytest
 import websockets
 from websockets.exceptions import InvalidStatus
 
-from app_fixtures import ADMIN_PASSWORD, RunningApp, free_port, serve_app
+from app_fixtures import ADMIN_PASSWORD, RunningApp, free_port, app_server
 from conftest import auth_header
 from services.object_store import local_images_root
 from services.settings import Settings
@@ -25,7 +25,7 @@ PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory) -> RunningApp:
-    with serve_app(tmp_path_factory.mktemp("secure-app"), LOGIN_MAX_FAILURES="3", LOGIN_LOCK_S=str(LOCK_S),
+    with app_server(tmp_path_factory.mktemp("secure-app"), LOGIN_MAX_FAILURES="3", LOGIN_LOCK_S=str(LOCK_S),
                    LOGIN_DELAY_S="0", CORS_ORIGINS=ALLOWED) as running:
         yield running
 

@@ -21,6 +21,7 @@ from bench.common import (
     BenchError, StackSampler, first_relevant_rank, isolated_data_dir, percentiles, rank_metrics,
 )
 from bench.retrieval import SYSTEMS, VARIANTS, fail_lines, load_qa, main as retrieval_main, naive_chunks, part_summary, run as retrieval_run
+from bench.pdf_speed import build_picture_pdf, corpus_pictures, main as pdf_speed_main
 from bench.speed import build_long_pdf, main as speed_main, synthetic_name
 from graphs.query.product_match import rank_products
 from services.settings import get_settings
@@ -207,6 +208,26 @@ def test_build_long_pdf_concatenates_until_enough_pages(tmp_path):
         assert doc[pages - 1].get_text().strip()  # text pages, not blanks
     with pytest.raises(BenchError, match="没有 PDF"):
         build_long_pdf([], 20, tmp_path / "none.pdf")
+
+
+def test_picture_pdf_is_built_from_the_largest_corpus_pictures(tmp_path):
+    import pymupdf
+
+    pictures = corpus_pictures(CORPUS / "sipeed-mf")
+    sizes = [pymupdf.Pixmap(str(p)).width * pymupdf.Pixmap(str(p)).height for p in pictures[:3]]
+    assert len(pictures) > 10 and sizes == sorted(sizes, reverse=True)
+    assert build_picture_pdf(pictures, 3, tmp_path / "pictures.pdf") == 2 + 3 + 4
+    with pymupdf.open(tmp_path / "pictures.pdf") as doc:
+        assert [len(page.get_image_info()) for page in doc] == [2, 3, 4]
+        assert "第2步" in doc[1].get_text()
+    with pytest.raises(BenchError, match="没有可用的图片"):
+        build_picture_pdf([], 3, tmp_path / "none.pdf")
+
+
+def test_pdf_speed_refuses_nonpositive_counts(capsys):
+    with pytest.raises(SystemExit):
+        pdf_speed_main(["--pages", "0"])
+    assert "正整数" in capsys.readouterr().err
 
 
 def test_stack_sampler_sees_worker_threads():

@@ -1,5 +1,9 @@
 """A person in a real browser: headless Chromium (Debian's, driven by Playwright) against the running app.
 
+Also: attach a whole documentation site as one .zip, see what came in per product, ask and see the
+site's own picture load; on an empty knowledge base, the first starter says how to attach files at
+once, a queued import tells its user what is happening, and only the admin sees which process to start.
+
 Upload a manual and watch it import, correct its product name with the prompt next to the button
 and the composer still a send button; ask and see one step per node, the streamed answer and a
 picture that loads; see a footer and switches that say what is configured; open a PDF answer's
@@ -20,9 +24,10 @@ from pathlib import Path
 import pytest
 from playwright.async_api import async_playwright, expect
 
-from app_fixtures import ADMIN_PASSWORD, PRELOADED, ROOT, running_app  # noqa: F401  (fixture)
+from app_fixtures import ADMIN_PASSWORD, PRELOADED, ROOT, app_server, running_app  # noqa: F401  (fixture)
 from conftest import CORPUS_DOCS
 from fakes.image_server import FakeImageSite
+from site_files import PAGES, site_zip
 
 pytestmark = pytest.mark.browser
 
@@ -53,6 +58,12 @@ SEND_AND_TIME_FIRST_STEP = """(selector) => new Promise((resolve) => {
 IMAGES_LOADED = """(selector) => {
   const images = [...document.querySelectorAll(selector)];
   return images.length > 0 && images.every((img) => img.complete && img.naturalWidth > 0);
+}"""
+
+# (user-message bubbles, those of them shown with nothing in them)
+BUBBLES = """() => {
+  const bubbles = [...document.querySelectorAll('.step[data-step-type="user_message"] .bg-accent.rounded-3xl')];
+  return [bubbles.length, bubbles.filter((b) => b.offsetParent !== null && !b.textContent.trim()).length];
 }"""
 
 
@@ -110,12 +121,12 @@ async def browser_page(app, failure_shot: str):
             await browser.close()
 
 
-async def log_in(page, url: str) -> None:
-    """As the admin; the field asks for a user name, not an e-mail address."""
+async def log_in(page, url: str, user: str = "admin", password: str = ADMIN_PASSWORD) -> None:
+    """As the admin unless told; the field asks for a user name, not an e-mail address."""
     await page.goto(url)
     await expect(page.get_by_text("用户名")).to_be_visible()
-    await page.fill("#email", "admin")
-    await page.fill("#password", ADMIN_PASSWORD)
+    await page.fill("#email", user)
+    await page.fill("#password", password)
     await page.click("button[type=submit]")
     await expect(page.locator("#chat-input")).to_be_visible()
 
@@ -227,6 +238,8 @@ async def test_a_person_uses_the_app(running_app, tmp_path):  # noqa: F811
         await expect(viewer).to_contain_text(f"{cited} / 9")  # the PDF viewer's page counter
         shown_page = viewer.locator(f'.react-pdf__Page[data-page-number="{cited}"]')
         await expect(shown_page.locator(".react-pdf__Page__textContent")).not_to_be_empty()  # rendered
+        panel, shown = await viewer.bounding_box(), await shown_page.bounding_box()
+        assert shown["x"] + shown["width"] <= panel["x"] + panel["width"] + 1, (shown, panel)  # not cut off
         await shot(page, "03e-pdf-opened-at-page")
         await page.locator("#side-view-title button").click()
         await expect(page.locator("#side-view-title")).to_have_count(0)
@@ -354,3 +367,121 @@ async def test_a_remote_image_manual_makes_the_browser_fetch_nothing_remote(runn
             await asyncio.sleep(1.0)  # time for any picture the page would still load
             await shot(page, "09-remote-image-not-loaded")
         assert site.requests == [] and elsewhere == []
+
+
+async def test_a_site_archive_is_attached_and_its_pictures_load(running_app, tmp_path):  # noqa: F811
+    archive = site_zip(tmp_path / "澜舟文档站.zip", top="lanzhou/")
+    async with browser_page(running_app, "99-failure-site-archive") as page:
+        await log_in(page, running_app.url)
+        await expect(page.locator("#chat-settings-open-modal")).to_be_visible()
+        await page.set_input_files("#upload-button-input", str(archive))
+        await expect(page.locator("#attachments")).to_contain_text(archive.name)
+        await expect(page.locator("#chat-submit")).to_be_enabled()
+        await page.click("#chat-submit")
+        await expect(page.locator(REPLIES).filter(has_text=f"📦 《{archive.name}》：4 份文档、5 张图片")).to_be_visible()
+        bubbles, empty = await page.evaluate(BUBBLES)
+        assert bubbles == 1 and empty == 0  # the message of files alone shows its files, no empty bubble
+        summary = page.locator(REPLIES).filter(has_text="识别为 2 个产品")
+        await expect(summary).to_be_visible()
+        await expect(summary).to_contain_text("LZ-Hub7")
+        await expect(summary).to_contain_text("LZ-Cam3")
+        for name in PAGES:
+            await expect(page.locator(REPLIES).filter(has_text=f"《lanzhou/{name}》导入完成")).to_be_visible()
+        await expect(page.locator(REPLIES).filter(has_text="图片文件缺失")).to_have_count(0)
+        await shot(page, "12-site-archive-summary")
+        products = [p["product"] for p in await api_get(page, running_app.url, "/api/products")]
+        cam = next(p for p in products if "LZ-Cam3" in p)
+        await ask(page, f"{cam} 的镜头外圈是什么？")
+        answer = page.locator(REPLIES).filter(has_text="来源").last
+        await expect(answer).to_be_visible()
+        pictures = 'img[src*="/kb-files/upload-images/"]'
+        await expect(answer.locator(pictures).first).to_be_visible()
+        await page.wait_for_function(IMAGES_LOADED, arg=pictures, timeout=WAIT_MS)
+        assert "图片缺失" not in await answer.inner_text()
+        await answer.locator(pictures).first.scroll_into_view_if_needed()
+        await shot(page, "13-site-archive-answer-picture")
+
+
+async def test_an_empty_knowledge_base_says_how_to_import_and_keeps_operator_hints_for_admins(tmp_path):
+    """No import process runs here (IMPORT_IN_APP=false): an upload waits in the queue."""
+    with app_server(tmp_path, [], IMPORT_IN_APP="false", AUTH_USERS="rita:rita-pass-1:reader") as empty:
+        async with browser_page(empty, "99-failure-empty-kb") as page:
+            await log_in(page, empty.url)
+            starter = page.locator('[id^="starter-"]').filter(has_text="怎么导入说明书")
+            await expect(starter).to_be_visible()
+            await starter.click()
+            help_reply = page.locator(REPLIES).filter(has_text="怎么导入说明书")
+            await expect(help_reply).to_be_visible(timeout=3_000)  # at once, not after a search
+            for words in ("📎", "拖进对话框", ".zip"):
+                await expect(help_reply).to_contain_text(words)
+            await expect(page.locator(NODE_STEPS)).to_have_count(0)
+            await shot(page, "14-empty-kb-import-help")
+            # an empty file: one toast, naming it once
+            nothing = tmp_path / "空白.md"
+            nothing.write_bytes(b"")
+            await page.set_input_files("#upload-button-input", str(nothing))
+            toast = page.locator("[data-sonner-toast]")
+            await expect(toast).to_have_count(1)
+            await expect(toast).to_contain_text("《空白.md》上传失败：文件是空的（0 字节），没有可导入的内容。")
+            assert (await toast.inner_text()).count("空白.md") == 1
+            await shot(page, "14b-empty-file-toast")
+            manual = tmp_path / "澜舟说明书.md"
+            manual.write_text("# 澜舟 LZ-Hub7 网关\n\n## 接口\n\n两个千兆网口。", encoding="utf-8")
+            await page.set_input_files("#upload-button-input", str(manual))
+            await expect(page.locator("#attachments")).to_contain_text(manual.name)
+            await expect(page.locator("#chat-submit")).to_be_enabled()
+            await page.click("#chat-submit")
+            queued = page.locator(REPLIES).filter(has_text="正在排队等待导入")
+            await expect(queued).to_be_visible()
+            assert "worker" not in await queued.inner_text()
+            await shot(page, "15-queued-for-a-user")
+            await page.click("#command-知识库")
+            await page.click("#chat-submit")
+            await expect(page.locator(REPLIES).filter(has_text="管理员提示").filter(
+                has_text="bash scripts/worker.sh")).to_be_visible()
+            await shot(page, "16-admin-queue-hint")
+        async with browser_page(empty, "99-failure-reader-hint") as page:
+            await log_in(page, empty.url, "rita", "rita-pass-1")
+            await page.click("#command-知识库")
+            await page.click("#chat-submit")
+            await expect(page.locator(REPLIES).filter(has_text="知识库还是空的")).to_be_visible()
+            await expect(page.get_by_text("scripts/worker.sh")).to_have_count(0)
+            await expect(page.get_by_text("管理员提示")).to_have_count(0)
+            await shot(page, "17-reader-no-operator-hint")
+
+
+async def test_a_rename_in_the_summary_survives_the_same_file_uploaded_again(running_app, tmp_path):  # noqa: F811
+    """A manual whose title names nothing: the summary asks, saying what it went by; the person renames
+    the product there; the same file dropped into the chat again keeps the person's name, unasked."""
+    manual = tmp_path / "kestrel-owner-manual.md"
+    manual.write_text("# 车主手册\n\n欢迎您选择 Kestrel & Co Model 7。\n\n## 远程控制\n\n下载 Kestrel & Co App 后可以远程解锁"
+                      " Model 7。Kestrel & Co App 也能查看电量。\n\n## 充电\n\nModel 7 支持 11 kW 交流充电。\n", encoding="utf-8")
+    async with browser_page(running_app, "99-failure-rename-sticks") as page:
+        await log_in(page, running_app.url)
+        await expect(page.locator("#chat-settings-open-modal")).to_be_visible()  # the session is up
+
+        async def upload_manual(expected: str):
+            await page.set_input_files("#upload-button-input", str(manual))
+            await expect(page.locator("#attachments")).to_contain_text(manual.name)
+            await expect(page.locator("#chat-submit")).to_be_enabled()
+            await page.click("#chat-submit")
+            summary = page.locator(REPLIES).filter(has_text=f"识别为 1 个产品：{expected}（1 个文件）")
+            await expect(summary).to_be_visible()
+            return summary
+
+        summary = await upload_manual("Kestrel & Co Model 7")
+        await expect(summary).to_contain_text("依据：文中提到“Kestrel & Co Model 7” 3 次")
+        await expect(summary).to_contain_text("请确认")
+        await shot(page, "10-summary-asks")
+        await summary.get_by_role("button", name="改名：Kestrel & Co Model 7").click()
+        await expect(page.get_by_text("请输入“Kestrel & Co Model 7”的新产品名：")).to_be_visible()
+        await page.fill("#chat-input", "Kestrel Model 7 旅行版")
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_text("✅ 已把“Kestrel & Co Model 7”改名为“Kestrel Model 7 旅行版”")).to_be_visible()
+
+        again = await upload_manual("Kestrel Model 7 旅行版")
+        await expect(page.locator(REPLIES).filter(has_text="商品名：Kestrel Model 7 旅行版")).to_be_visible()
+        await expect(again).not_to_contain_text("请确认")
+        await shot(page, "11-rename-kept")
+        products = [p["product"] for p in await api_get(page, running_app.url, "/api/products")]
+        assert "Kestrel Model 7 旅行版" in products and "Kestrel & Co Model 7" not in products

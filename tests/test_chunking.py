@@ -1,4 +1,4 @@
-"""graphs/importing/chunking.py: seed rule, smart mode, HTML clean-up, the real corpus, conformance."""
+"""graphs/importing/chunking.py: plain rule, smart mode, HTML clean-up, the real corpus, conformance."""
 import importlib.util
 import re
 import subprocess
@@ -31,7 +31,7 @@ def sentences(n, tag="句"):
     return "".join(f"第{i}{tag}：检查电源适配器输出是否为 5V 并确认接线牢固。" for i in range(n))
 
 
-# --- seed rule ---------------------------------------------------------------------------------
+# --- plain rule --------------------------------------------------------------------------------
 
 def test_normalize_newlines():
     assert normalize_newlines("a\r\nb\rc\n") == "a\nb\nc\n"
@@ -40,7 +40,7 @@ def test_normalize_newlines():
 @pytest.mark.parametrize("eol", ["\r\n", "\r"])
 def test_crlf_and_cr_split_like_lf(eol):
     text = eol.join(["# 电源", "输入 5V", "", "## 接口", "USB-C"])
-    chunks = split_markdown(text, "手册", mode="seed")
+    chunks = split_markdown(text, "手册", mode="plain")
     assert titles(chunks) == ["电源", "接口"]
     assert chunks[0]["content"] == "电源\n\n输入 5V"
     assert not any("\r" in c["content"] for c in chunks)
@@ -54,21 +54,21 @@ def test_crlf_and_cr_split_like_lf(eol):
     "# A\n```\n``` python\n# not a heading\n```\n# B\nx",         # an info string does not close
     "# A\n   ```\n# not a heading\n   ```\n# B\nx",               # indented 3 spaces
 ], ids=["backtick", "tilde", "four-backtick", "tilde-in-backtick", "info-string", "indented"])
-@pytest.mark.parametrize("mode", ["seed", "smart"])
+@pytest.mark.parametrize("mode", ["plain", "smart"])
 def test_hash_lines_inside_fences_are_not_headings(text, mode):
     chunks = split_markdown(text, "doc", mode=mode)
     assert not any("not a heading" in c["title"] for c in chunks)
     assert any("# not a heading" in c["content"] for c in chunks)
-    if mode == "seed":
+    if mode == "plain":
         assert titles(chunks) == ["A", "B"]
 
 
 def test_unclosed_fence_runs_to_end():
-    chunks = split_markdown("# Intro\n```\n# a\n# b\n", "doc", mode="seed")
+    chunks = split_markdown("# Intro\n```\n# a\n# b\n", "doc", mode="plain")
     assert titles(chunks) == ["Intro"]
 
 
-@pytest.mark.parametrize("mode", ["seed", "smart"])
+@pytest.mark.parametrize("mode", ["plain", "smart"])
 def test_no_heading_is_one_section_titled_wu_biaoti(mode):
     chunks = split_markdown("只有正文，没有标题。\n\n第二段。", "说明书", mode=mode)
     assert chunks == [{"title": NO_TITLE, "content": f"{NO_TITLE}\n\n只有正文，没有标题。\n\n第二段。",
@@ -77,14 +77,14 @@ def test_no_heading_is_one_section_titled_wu_biaoti(mode):
 
 
 def test_text_before_first_heading_is_a_section_titled_by_file():
-    chunks = split_markdown("前言一句。\n\n# 第一章\n正文", "Duo 手册", mode="seed")
+    chunks = split_markdown("前言一句。\n\n# 第一章\n正文", "Duo 手册", mode="plain")
     assert titles(chunks) == ["Duo 手册", "第一章"]
     assert chunks[0]["content"] == "Duo 手册\n\n前言一句。"
 
 
 def test_long_section_split_into_titled_parts():
     body = "\n\n".join(sentences(20, f"段{p}句") for p in range(10))  # ~6000 chars
-    chunks = split_markdown(f"# 串口调试\n\n{body}", "doc", mode="seed")
+    chunks = split_markdown(f"# 串口调试\n\n{body}", "doc", mode="plain")
     assert len(chunks) >= 3
     assert titles(chunks) == [f"串口调试-{i}" for i in range(1, len(chunks) + 1)]
     assert [c["part"] for c in chunks] == list(range(1, len(chunks) + 1))
@@ -98,8 +98,8 @@ def test_long_section_split_into_titled_parts():
 def test_short_pieces_of_one_section_are_merged_without_repeating_the_prefix():
     table = "\n".join(f"| GP{i} | PWR_GPIO[{i}] | 3.3V 逻辑电平 |" for i in range(65))  # one block over the cap
     text = f"# 引脚\n\n引脚说明。\n\n{table}\n\n以上引脚均为 3.3V。"
-    unmerged = split_markdown(text, "doc", min_len=1, mode="seed")
-    merged = split_markdown(text, "doc", mode="seed")
+    unmerged = split_markdown(text, "doc", min_len=1, mode="plain")
+    merged = split_markdown(text, "doc", mode="plain")
     assert len(merged) < len(unmerged)
     last = merged[-1]
     assert "以上引脚均为 3.3V。" in last["content"] and last["content"].count("引脚\n\n") == 1
@@ -109,11 +109,11 @@ def test_short_pieces_of_one_section_are_merged_without_repeating_the_prefix():
 
 def test_merge_never_exceeds_max_len():
     short, long_ = sentences(8), sentences(66)  # a short paragraph then one just under the cap
-    chunks = split_markdown(f"# 串口调试\n\n{short}\n\n{long_}", "doc", mode="seed")
+    chunks = split_markdown(f"# 串口调试\n\n{short}\n\n{long_}", "doc", mode="plain")
     assert len(chunks) == 2 and all(len(c["content"]) <= 2000 for c in chunks)
 
 
-@pytest.mark.parametrize("mode", ["seed", "smart"])
+@pytest.mark.parametrize("mode", ["plain", "smart"])
 def test_size_limit_holds_for_hostile_input(mode):
     text = ("# " + "超长标题" * 200 + "\n" + "无标点长串" * 900 + "\n## x\n" + "a" * 5000
             + "\n```\n" + "代码行\n" * 1500 + "```\n")
@@ -152,7 +152,7 @@ def test_smart_keeps_callout_headings_inline(label):
     smart = split_markdown(text, "doc", mode="smart")
     assert titles(smart) == ["安装", "安装 > 接线", "维护"]
     assert f"### {label}\n不要带电插拔模块。" in smart[0]["content"]
-    assert len(split_markdown(text, "doc", mode="seed")) == 4  # the seed rule breaks there
+    assert len(split_markdown(text, "doc", mode="plain")) == 4  # the plain rule breaks there
 
 
 def test_smart_merges_tiny_children_into_their_parent_heading():
@@ -223,7 +223,7 @@ def _load_checker():
 
 
 @needs_shared
-@pytest.mark.parametrize("mode", ["seed", "smart"])
+@pytest.mark.parametrize("mode", ["plain", "smart"])
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name)
 def test_corpus_files(path, mode):
     checker = _load_checker()  # an independent reading of the same fence/heading spec
@@ -252,12 +252,12 @@ def test_corpus_files(path, mode):
 
 @needs_shared
 def test_corpus_smart_mode_leaves_fewer_short_chunks():
-    short = {"seed": 0, "smart": 0}
+    short = {"plain": 0, "smart": 0}
     for path in CORPUS_FILES:
         md = html_to_markdown(path.read_text(encoding="utf-8"))
         for mode in short:
             short[mode] += sum(len(c["content"]) < 500 for c in split_markdown(md, path.stem, mode=mode))
-    assert short["smart"] * 3 < short["seed"]
+    assert short["smart"] * 3 < short["plain"]
 
 
 @needs_shared
@@ -268,9 +268,9 @@ def test_conformance_checker_passes():
     assert "71 passed, 0 failed" in proc.stdout
 
 
-def test_conformance_adapter_is_the_seed_rule():
+def test_conformance_adapter_is_the_plain_rule():
     text = "前言\n# A\n## B\nx"
-    assert conformance_split(text, "f") == split_markdown(text, "f", mode="seed")
+    assert conformance_split(text, "f") == split_markdown(text, "f", mode="plain")
 
 
 # --- pages, heading levels, titles that say nothing -------------------------------
@@ -325,7 +325,7 @@ def test_a_lone_top_heading_heads_only_its_own_text():
     chunks = split_markdown(text, "手册", min_len=10)
     assert titles(chunks) == ["前言", "安全", "安装", "安装 > 接线"]
     assert chunks[0]["content"] == "前言\n\n本手册介绍产品。"
-    assert titles(split_markdown(text, "手册", min_len=10, mode="seed")) == ["前言", "安全", "安装", "接线"]
+    assert titles(split_markdown(text, "手册", min_len=10, mode="plain")) == ["前言", "安全", "安装", "接线"]
 
 
 def test_two_top_headings_keep_their_children():
@@ -346,3 +346,104 @@ def test_a_manual_shorter_than_a_chunk_keeps_its_title_over_all_of_it():
     (chunk,) = split_markdown(text, "kettle")
     assert chunk["title"] == "电水壶说明"
     assert chunk["content"] == "电水壶说明\n\n## 加热\n\n按下加热键。\n\n## 除垢\n\n加入白醋煮沸。"
+
+
+# --- front matter and tables of contents ----------------------------------------------------
+
+# A made-up car maker's manual shaped like a converted Word/PDF manual: a cover line, a preface
+# that is the only heading of its rank, a table of contents with page numbers, numbered chapters.
+CAR_MANUAL = f"""# 星河 QX7 纯电轿车用户手册
+
+# 前言
+
+感谢您选择星河汽车。{PARA}
+
+## 目　录
+
+1. 安全须知 .......... 3
+2. 驾驶 .......... 8
+2.1 起步 .......... 9
+2.2 制动 .......... 12
+3. 保养 .......... 20
+
+## 1. 安全须知
+
+{PARA}
+
+## 2. 驾驶
+
+### 2.1 起步
+
+{PARA}
+
+### 2.2 制动
+
+{PARA}
+
+## 3. 保养
+
+### 轮胎气压
+
+前轮 250 kPa，后轮 260 kPa。{PARA}
+"""
+
+
+def test_car_manual_preface_and_contents_head_no_chapter():
+    chunks = split_markdown(CAR_MANUAL, "QX7 手册")
+    # an empty chapter heading and its first short subsection are one chunk under the chapter's name
+    assert titles(chunks) == ["前言", "QX7 手册", "1. 安全须知", "2. 驾驶", "2. 驾驶 > 2.2 制动", "3. 保养"]
+    assert "### 2.1 起步" in chunks[3]["content"]
+    preface, contents = chunks[0], chunks[1]
+    assert "星河 QX7 纯电轿车用户手册" in preface["content"] and "感谢您选择" in preface["content"]
+    # the table of contents is kept as text, on its own, under the document's name
+    assert "2.2 制动 .......... 12" in contents["content"] and "安全须知\n\n" not in contents["content"]
+    assert all(not c["title"].startswith("前言 >") for c in chunks)
+    tyre = chunks[-1]
+    assert "### 轮胎气压" in tyre["content"] and "250 kPa" in tyre["content"]
+
+
+def test_a_preface_with_a_later_heading_of_its_rank_keeps_its_own_subsections():
+    text = f"# 前言\n{PARA}\n## 符号说明\n{PARA}\n# 1 驾驶\n{PARA}\n## 1.1 起步\n{PARA}"
+    assert titles(split_markdown(text, "手册")) == ["前言", "前言 > 符号说明", "1 驾驶", "1 驾驶 > 1.1 起步"]
+
+
+def test_revision_history_and_copyright_head_nothing_after_them():
+    text = f"# 修订历史\nV1.1 修正接线图。{PARA}\n## 产品简介\n{PARA}\n## 规格\n{PARA}"
+    chunks = split_markdown(text, "Acme RT20 手册")
+    assert titles(chunks) == ["修订历史", "产品简介", "规格"]
+    text = f"# 手册\n## 版权声明\n{PARA}\n### 安装\n{PARA}\n### 接线\n{PARA}"
+    assert titles(split_markdown(text, "手册")) == ["版权声明", "安装", "接线"]
+
+
+def test_anchor_link_list_is_a_table_of_contents_not_a_section():
+    links = "\n".join(f"- [{t}](#{t})" for t in ("简介", "安装", "接线", "调试"))
+    text = f"# Nova KZ3 控制器\n\n{links}\n\n开箱后先检查配件。\n\n## 简介\n{PARA}\n## 安装\n{PARA}"
+    chunks = split_markdown(text, "KZ3")
+    assert titles(chunks)[-2:] == ["简介", "安装"]
+    toc = next(c for c in chunks if "- [接线](#接线)" in c["content"])
+    assert "开箱后先检查配件" in toc["content"] and toc["title"] in ("KZ3", "Nova KZ3 控制器")
+    assert all("[简介](#简介)" not in c["content"] for c in chunks[-2:])
+
+
+def test_numbered_steps_ending_in_numbers_are_no_table_of_contents():
+    steps = "1. 设置波特率 9600\n2. 设置数据位 8\n3. 设置停止位 1\n4. 打开串口 1"
+    text = f"# 串口\n## 参数\n{steps}\n\n{PARA}\n## 调试\n{PARA}"
+    chunks = split_markdown(text, "手册")
+    assert titles(chunks) == ["串口 > 参数", "串口 > 调试"] or titles(chunks) == ["参数", "调试"]
+    assert steps in chunks[0]["content"]
+    # under a 目录 heading the same shape is one
+    toc = "1. 简介 3\n2. 安装 5\n3. 接线 9"
+    chunks = split_markdown(f"# 目录\n{toc}\n# 1. 简介\n{PARA}\n# 2. 安装\n{PARA}", "手册")
+    assert titles(chunks) == ["手册", "1. 简介", "2. 安装"] and toc in chunks[0]["content"]
+
+
+def test_contents_entries_set_as_headings_are_no_headings():
+    text = f"# 目录\n## 1. 简介 ........ 2\n## 2. 接线 ........ 4\n## 3. 调试 ........ 7\n# 1. 简介\n{PARA}\n# 2. 接线\n{PARA}"
+    chunks = split_markdown(text, "手册")
+    assert titles(chunks) == ["手册", "1. 简介", "2. 接线"]
+
+
+def test_dotted_subsections_set_as_large_as_their_chapter_nest_inside_it():
+    text = f"# 1. 概述\n{PARA}\n# 1.1 包装清单\n{PARA}\n# 1.2 规格\n{PARA}\n# 2. 安装\n{PARA}\n## 2.1 接线\n{PARA}"
+    assert titles(split_markdown(text, "手册")) == [
+        "1. 概述", "1. 概述 > 1.1 包装清单", "1. 概述 > 1.2 规格", "2. 安装", "2. 安装 > 2.1 接线"]

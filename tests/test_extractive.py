@@ -50,7 +50,7 @@ def test_web_results_thin_chunks_and_weak_further_sources_are_not_quoted():
             doc("其他 > 供电\n\n供电电压为 5V。", "其他 > 供电")]
     answer, cited = extractive_answer("摄像头接口的 I2C 是哪一路？", docs)
     assert "**[3] 接口 > 摄像头接口**" in answer and "[2]" not in answer and "[4]" not in answer
-    assert "网页" not in answer and cited == [docs[2]]
+    assert "网页" not in answer and [q.doc for q in cited] == [docs[2]]
     assert extractive_answer("问题", []) == (f"{OFFLINE_NOTE}\n\n{NOTHING_FOUND}", [])
 
 

@@ -21,7 +21,8 @@ from docx.oxml import parse_xml
 
 from api_fixtures import api, api_server, wait_task  # noqa: F401  (fixtures)
 from conftest import CORPUS, ROOT
-from graphs.importing.nodes.md_img import find_images, image_root, resolve_image
+from graphs.importing.images import image_root, resolve_image
+from graphs.importing.nodes.md_img import find_images
 from graphs.importing import run_import, stage_uploads
 from graphs.query.runner import run_query
 from import_fixtures import (  # noqa: F401  (fixtures)

@@ -184,3 +184,21 @@ def test_unreachable_s3_fails_fast_with_chinese_message(tmp_path):
         store.upload_image("doc", _file(tmp_path, "a.png", PNG_A))
     assert store.ping() is False
     assert time.monotonic() - started < 15
+
+
+def test_a_local_original_shares_the_uploaded_file_s_disk_blocks(tmp_path):
+    """An upload kept as its staged copy and as its original takes the disk of one file, not two."""
+    from graphs.importing import discard, stage_uploads
+
+    settings = Settings(data_dir=tmp_path / "data")
+    body = b"# Lumora K1\n\n" + b"x" * (4 * 1024 * 1024)
+    source = tmp_path / "lumora.md"
+    source.write_bytes(body)
+    with source.open("rb") as stream:
+        staged = stage_uploads([("lumora.md", stream)], settings)[0]
+    original = settings.data_dir / "objects" / settings.minio_bucket_name / staged.original_key
+    assert original.read_bytes() == body
+    assert original.stat().st_ino == staged.path.stat().st_ino and original.stat().st_nlink == 2
+    discard([staged])  # the staged copy goes after the import; the original stays whole
+    assert not staged.path.exists() and original.read_bytes() == body
+    assert get_object_store(settings).open_original(staged.original_key) == body

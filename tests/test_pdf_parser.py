@@ -314,3 +314,115 @@ def test_page_markers_skip_blocks_missing_from_full_md():
     assert pdf_parser.mark_pages(md, blocks) == (
         "<!-- kb-page: 1 -->\n\n# 标题\n\n第一页正文\n\n<!-- kb-page: 2 -->\n\n# 第二章\n\n第二页正文")
     assert pdf_parser.mark_pages(md, []) == md
+
+
+# --- picture-heavy PDFs: image rectangles found without decoding, same output ---------------
+
+PICTURES = sorted((CORPUS / "sipeed-mf" / "assets").rglob("*.png"))
+
+
+def _picture_manual(path: Path) -> Path:
+    """Three pages of real pictures: a JPEG shown twice (one xref), a picture with a soft mask and
+    text set on top of a picture (which the parser leaves out as part of the picture)."""
+    doc, font = pymupdf.open(), pymupdf.Font("cjk")
+    for k in range(3):
+        page = doc.new_page()
+        page.insert_font(fontname="cjk", fontbuffer=font.buffer)
+        page.insert_text((72, 60), f"{k + 1}. 安装步骤", fontname="cjk", fontsize=16)
+        photo = pymupdf.Pixmap(pymupdf.Pixmap(str(PICTURES[k])), 0).tobytes("jpg")
+        page.insert_image(pymupdf.Rect(72, 90, 300, 300), stream=photo)
+        page.insert_image(pymupdf.Rect(320, 90, 540, 300), stream=photo)
+        page.insert_image(pymupdf.Rect(72, 320, 400, 620), pixmap=pymupdf.Pixmap(pymupdf.Pixmap(str(PICTURES[k + 3])), 1))
+        page.insert_text((100, 400), "图上的标注 J3", fontname="cjk", fontsize=9)
+        page.insert_text((72, 700), ["先断开电源。", "把模块插入底板，拧紧螺丝。", "接好天线后通电。"][k],
+                         fontname="cjk", fontsize=11)
+    doc.save(path)
+    return path
+
+
+needs_pictures = pytest.mark.skipif(len(PICTURES) < 6, reason="sample pictures not available")
+
+
+@needs_pictures
+def test_image_rects_by_size_match_pymupdfs_decoded_digests(tmp_path):
+    pdf = _picture_manual(tmp_path / "pictures.pdf")
+    with pymupdf.open(pdf) as reference, pdf_parser._LayoutDocument(str(pdf)) as fast:
+        for number in range(reference.page_count):
+            ref_page, fast_page = reference[number], fast[number]
+            xrefs = {item[0] for item in ref_page.get_images()}
+            assert len(xrefs) == 2  # the twice-shown photo is one image
+            for xref in xrefs:
+                assert fast_page.get_image_rects(xref) == ref_page.get_image_rects(xref)
+                assert fast_page.get_image_rects(xref, transform=True) == ref_page.get_image_rects(xref, transform=True)
+
+
+@needs_pictures
+def test_picture_manual_converts_as_with_decoded_digests_and_reports_every_page(tmp_path, local_settings,
+                                                                                monkeypatch):
+    pdf = _picture_manual(tmp_path / "pictures.pdf")
+    lines = []
+    fast = pdf_to_markdown(pdf, tmp_path / "fast", local_settings, progress=lines.append)
+    monkeypatch.setattr(pdf_parser, "_LayoutDocument", pymupdf.Document)  # PyMuPDF's own lookup
+    reference = pdf_to_markdown(pdf, tmp_path / "reference", local_settings)
+    md = fast.read_text(encoding="utf-8")
+    assert md == reference.read_text(encoding="utf-8")
+    assert "拧紧螺丝" in md and "标注 J3" not in md
+    links = _assert_links_resolve(fast)
+    assert len(links) == 9
+    for link in links:
+        assert (fast.parent / link).read_bytes() == (reference.parent / link).read_bytes(), link
+    assert [line for line in lines if "页" in line and "/" in line] == [
+        f"本地解析 PDF：第 {n}/3 页" for n in (1, 2, 3)]
+
+
+@needs_corpus
+def test_btt_manual_converts_as_with_decoded_digests(tmp_path, local_settings, monkeypatch):
+    fast = pdf_to_markdown(V3, tmp_path / "fast", local_settings)
+    monkeypatch.setattr(pdf_parser, "_LayoutDocument", pymupdf.Document)
+    reference = pdf_to_markdown(V3, tmp_path / "reference", local_settings)
+    assert fast.read_text(encoding="utf-8") == reference.read_text(encoding="utf-8")
+    for link in _assert_links_resolve(fast):
+        assert (fast.parent / link).read_bytes() == (reference.parent / link).read_bytes(), link
+
+
+# --- structure: front matter, a contents page, numbered headings in inconsistent sizes ------
+
+def _structured_manual(path: Path) -> Path:
+    """A made-up thermostat manual: cover, preface, a contents page with dot leaders, then
+    numbered chapters where "1.1" is set as large as "1." and "2.1" smaller."""
+    sections = [("前言", 20, "感谢选用本产品"), ("1. 产品简介", 16, "温控器用于地暖"),
+                ("1.1 包装清单", 16, "盒内有主机与螺丝"), ("2. 安装", 16, "安装前断开电源"),
+                ("2.1 接线", 13, "火线接 L 端子"), ("3. 规格", 16, "额定电压 230V")]
+    doc = pymupdf.open()
+    cover = doc.new_page(width=595, height=842)
+    cover.insert_text((60, 300), "Orion HL5 温控器 用户手册", fontsize=26, fontname="china-s")
+    toc = doc.new_page(width=595, height=842)
+    toc.insert_text((60, 100), "目录", fontsize=20, fontname="china-s")
+    for k, (title, _, _) in enumerate(sections[1:]):
+        toc.insert_text((60, 150 + 24 * k), f"{title} {'.' * 30} {3 + k}", fontsize=11, fontname="china-s")
+    for title, size, words in sections:
+        page = doc.new_page(width=595, height=842)
+        page.insert_text((60, 100), title, fontsize=size, fontname="china-s")
+        for i in range(16):
+            page.insert_text((60, 140 + 20 * i), f"{words}，第{i}行说明文字，请按步骤操作并妥善保管本手册。",
+                             fontsize=11, fontname="china-s")
+    doc.save(path)
+    return path
+
+
+def test_manual_with_preface_and_contents_page_gets_consistent_heading_paths(tmp_path, local_settings):
+    md = pdf_to_markdown(_structured_manual(tmp_path / "hl5.pdf"), tmp_path / "out", local_settings)
+    text = md.read_text(encoding="utf-8")
+    assert re.search(r"^#+ 1\.1 包装清单", text, re.M) and re.search(r"^#+ 2\.1 接线", text, re.M)
+    chunks = _chunks(md)
+    def title_of(words):
+        return next(c["title"] for c in chunks if words in c["content"])
+
+    assert [title_of(words) for words in ("感谢选用本产品", "温控器用于地暖", "盒内有主机与螺丝", "安装前断开电源",
+                                          "火线接 L 端子", "额定电压 230V")] == [
+        "前言", "1. 产品简介", "1. 产品简介 > 1.1 包装清单", "2. 安装", "2. 安装 > 2.1 接线", "3. 规格"]
+    assert not any(c["title"].startswith(("前言 >", "目录", "Orion")) for c in chunks)
+    contents = [c for c in chunks if "2.1 接线 ....." in c["content"]]
+    # the cover line and the contents page: text under the document's name, apart from the chapters
+    assert len(contents) == 1 and contents[0]["title"] == "hl5" and contents[0]["page_end"] == 2
+    assert "温控器用于地暖" not in contents[0]["content"]

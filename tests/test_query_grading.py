@@ -17,6 +17,7 @@ from graphs.query.evidence import (
 from graphs.query.planning import evidence_branches, named_products, plan_question
 from graphs.query.rewriting import feedback_terms
 from graphs.query.runner import run_query
+from services.settings import get_settings
 from query_fixtures import GRADE_ANSWER, STEP_BACK, model, node_entry, user_text  # noqa: F401  (fixture)
 
 OFF = {"web_search": False, "hyde": False}
@@ -75,7 +76,8 @@ def test_comparison_is_split_per_product_and_keeps_both_mcu_passages(product_of,
 
 
 def test_weak_evidence_takes_exactly_one_rewrite_then_says_it_does_not_know(product_of):
-    result = ask(WEAK_Q)
+    # with the refusal floor on (off by default offline: weak evidence is then a cautious answer)
+    result = ask(WEAK_Q, config={"configurable": {"settings": get_settings().replace(offline_refusal=True)}})
     done = result["done_list"]
     assert done.count("node_rewrite_query") == done.count("node_search_rewritten") == 1
     assert done.count("node_grade") == 2
@@ -147,8 +149,10 @@ def test_offline_weak_band_answers_with_a_caution_only_after_the_rewrite():
     assert strength(strong) > strength({**weak, "route": "answer"}) > strength(none) == strength(weak | {"weak": False})
 
 
-@pytest.mark.parametrize("question, fact", [("Milk-V Duo 用的是什么主控芯片？", "CV1800B"),   # Markdown page
-                                            ("SKR MINI E3 V2.0 主板外形尺寸多大？", "100.75")])  # PDF manual
+# Questions whose passage the offline scorer rates in the cautious band (0.44 and 0.50 with the manual
+# vocabulary; the main-chip and board-size questions once used here now score 0.69 and 0.93).
+@pytest.mark.parametrize("question, fact", [("Duo S 的以太网口支持 PoE 吗？", "POE Pin"),        # Markdown page
+                                            ("SKR mini E3 V2 连电脑需要装什么驱动？", "mapleDrv")])  # PDF manual
 def test_weak_evidence_above_the_floor_is_answered_with_a_caution(product_of, question, fact):
     result = ask(question)
     grade = result["grade"]

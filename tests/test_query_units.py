@@ -89,7 +89,7 @@ def test_a_list_of_weight_zero_only_appends_its_new_chunks():
 
 # --- rerank cut-off -------------------------------------------------------------------------------
 @pytest.mark.parametrize("scores, keep", [
-    ([0.95, 0.92, 0.88, 0.12, 0.08], 3),                  # the seed's example
+    ([0.95, 0.92, 0.88, 0.12, 0.08], 3),                  # a clear cliff after the third
     ([0.9, 0.1, 0.09, 0.08, 0.07], 5),                   # a drop before position 3 does not count
     ([0.9, 0.1, 0.09, 0.0], 3),                          # at least 3
     ([0.9, 0.8], 2),                                     # fewer than 3 available

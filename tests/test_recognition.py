@@ -114,7 +114,7 @@ def test_a_proposed_name_must_be_one_the_documents_use():
      "BIGTREETECH SKR MINI E3 V2.0 主板"),
 ])
 def test_a_single_manual_is_named_by_its_title_block_not_its_sections(tmp_path, text, expected):
-    from graphs.importing.nodes.product import offline_product
+    from graphs.importing.naming import offline_product
 
     path = tmp_path / "manual.md"
     path.write_text(text, encoding="utf-8")

@@ -10,6 +10,10 @@ def can_edit() -> bool:
     return chat_user().can_edit
 
 
+def is_admin() -> bool:
+    return chat_user().role == "admin"
+
+
 def user_name() -> str:
     return chat_user().name
 

@@ -14,7 +14,9 @@ from chainlit.server import UserParam, upload_file
 from fastapi import FastAPI, HTTPException, UploadFile
 from fastapi.routing import APIRoute
 
-from graphs.importing import StagedFile, UploadRejected, discard, enqueue_set, queued_part, stage_uploads
+from graphs.importing import (
+    StagedBatch, StagedFile, UploadRejected, discard, enqueue_set, queued_part, stage_uploads,
+)
 from services.errors import ImportProcessError, StorageError
 from services.settings import get_settings
 from services.task_store import COMPLETED
@@ -34,8 +36,8 @@ async def upload_attachment(current_user: UserParam, session_id: str, file: Uplo
                             ask_parent_id: str | None = None):
     """Chainlit's own upload route, except that a 0-byte file (which it fails on with a bare 500)
     is refused with what is wrong; the browser shows the message next to the file name."""
-    if file.size == 0:
-        raise HTTPException(400, f"文件“{file.filename}”是空的（0 字节），没有可导入的内容。")
+    if file.size == 0:  # the browser's toast names the file already
+        raise HTTPException(400, "文件是空的（0 字节），没有可导入的内容。")
     return await upload_file(current_user, session_id, file, ask_parent_id)
 
 
@@ -49,10 +51,11 @@ def attached_files(message: cl.Message) -> list:
     return [e for e in message.elements or [] if getattr(e, "path", None)]
 
 
-def stage_attachment(src: Path, name: str) -> StagedFile:
-    """Keep a chat attachment the way the HTTP API keeps uploads (UploadRejected when it cannot be)."""
+def stage_attachment(src: Path, name: str) -> StagedBatch:
+    """Keep a chat attachment the way the HTTP API keeps uploads (UploadRejected when it cannot be);
+    an archive stands for the documents in it."""
     with open(src, "rb") as stream:
-        return stage_uploads([(name, stream)], get_settings())[0]
+        return stage_uploads([(name, stream)], get_settings())
 
 
 def remember(staged: StagedFile) -> str:
@@ -77,7 +80,7 @@ async def stage_all(files: list) -> tuple[list[StagedFile], dict[str, FileView]]
         view = FileView(f.name)
         await view.show()
         try:
-            item = await asyncio.to_thread(stage_attachment, Path(f.path), f.name)
+            batch = await asyncio.to_thread(stage_attachment, Path(f.path), f.name)
         except (UploadRejected, ImportProcessError) as exc:  # type, size, empty: refused before the graph ran
             await view.fail(f"❌ 《{f.name}》无法导入：{exc.message}")
             continue
@@ -85,9 +88,16 @@ async def stage_all(files: list) -> tuple[list[StagedFile], dict[str, FileView]]
             log.exception("staging %s crashed", f.name)
             await view.crashed(exc)
             continue
-        view.done_actions = rename_button(item)
-        staged.append(item)
-        views[item.task_id] = view
+        if batch.notes:  # an archive: its message says what was in it, each document gets its own
+            view.message.content = "\n".join(batch.notes)
+            await view.message.update()
+        for item in batch:
+            if batch.notes:
+                view = FileView(item.display_name)
+                await view.show()
+            view.done_actions = rename_button(item)
+            staged.append(item)
+            views[item.task_id] = view
     return staged, views
 
 
@@ -118,7 +128,9 @@ async def import_attachments(files: list) -> None:
         return
     ended = await follow_tasks({task_id: views[task_id] for task_id in task_ids})
     imported = [(item, ended[item.task_id]) for item in staged if ended.get(item.task_id, {}).get("status") == COMPLETED]
-    items = [{"file": item.display_name, "product": task["result"]["product"], "how": task["job"].get("how", ""),
+    items = [{"file": item.display_name, "product": task["result"]["product"],
+              "how": task["result"].get("product_how") or task["job"].get("how", ""),
+              "confirm": bool(task["result"].get("product_confirm")), "evidence": task["result"].get("product_evidence", ""),
               "doc_id": task["result"]["doc_id"]} for item, task in imported]
     if items:
         await knowledge.send_set_summary(items)

@@ -10,7 +10,7 @@ from chainlit.context import context
 from chainlit.input_widget import Switch
 from chainlit.utils import utc_now
 
-from graphs.query import FinalEvent, answer_of, astream_query, rank_products
+from graphs.query import FinalEvent, answer_of, astream_query, cited, rank_products
 from services.errors import StorageError
 from services.history_store import get_history_store
 from services.settings import get_settings
@@ -187,7 +187,7 @@ class AnswerView:
         else:
             elements += [cl.Image(url=url, name=f"插图 {i}", display="inline", size="large")
                          for i, url in enumerate(final.get("image_urls") or [], 1)]
-            sources = final.get("sources") or []
+            sources = cited(final.get("answer") or "", final.get("sources") or [])
             if self.show_sources and sources:
                 parts.append(sources_line(sources))
                 # chips, not side elements: Chainlit opens its side panel for every side element sent

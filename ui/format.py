@@ -223,8 +223,11 @@ class ImportProgress:
 
     def render_done(self, result: dict, rename_hint: bool = True) -> str:
         missing, remote = int(result.get("images_missing") or 0), int(result.get("images_remote") or 0)
-        images = (f"{result.get('images_uploaded', 0)} 张" + (f"（另有 {missing} 张图片文件缺失，未能显示）" if missing else "")
-                  + (f"（{remote} 张网络图片来自未允许的网站，未导入）" if remote else ""))
+        cased = result.get("case_images") or []
+        images = (f"{result.get('images_uploaded', 0)} 张" + (f"（另有 {missing} 张图片文件缺失，未能显示：{'、'.join(plain(m) for m in (result.get('missing_images') or [])[:3])}）"
+                     if missing else "")
+                  + (f"（{remote} 张网络图片来自未允许的网站，未导入）" if remote else "")
+                  + (f"（{len(cased)} 张只在忽略大小写时找到：{'、'.join(plain(c) for c in cased[:3])}）" if cased else ""))
         return "\n".join([
             f"✅ 《{self.file_name}》导入完成", "",
             f"- 商品名：**{result.get('product', '')}**",
@@ -247,17 +250,25 @@ CHUNK_PAGE = 5
 CHUNK_CHARS = 400
 
 
+def unsure(item: dict) -> bool:
+    """A file whose product is a guess, or a name no title, front matter or folder backs."""
+    return item["how"] == "weak" or bool(item.get("confirm"))
+
+
 def set_summary(items: list[dict]) -> str:
-    """One upload set: its products with their file counts, and the files whose product is a guess.
-    `items`: {"file", "product", "how"} for every file that was imported."""
+    """One upload set: its products with their file counts, and the files whose product is to be
+    confirmed, each with the evidence it had. `items`: {"file", "product", "how", and optionally
+    "confirm", "evidence"} for every file that was imported."""
     counts: dict[str, int] = {}
     for item in items:
         counts[item["product"]] = counts.get(item["product"], 0) + 1
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     lines = [f"识别为 {len(ranked)} 个产品：" + "、".join(f"{cell(p)}（{n} 个文件）" for p, n in ranked)]
-    weak = [i for i in items if i["how"] == "weak"]
-    if weak:
-        lines += [""] + [f"- 《{cell(i['file'])}》未写明产品，暂归入 {cell(i['product'])}，请确认" for i in weak]
+    asked = [i for i in items if unsure(i)]
+    if asked:
+        lines += [""] + [f"- 《{cell(i['file'])}》未写明产品，暂归入 {cell(i['product'])}，请确认" if i["how"] == "weak"
+                         else f"- 《{cell(i['file'])}》归入 {cell(i['product'])}（依据：{cell(i.get('evidence') or '无')}；"
+                              "没有标题、front matter 或同名文件夹佐证），请确认" for i in asked]
     lines += ["", "识别正确请点“接受”；也可以给产品改名，或把文件移到别的产品。"]
     return "\n".join(lines)
 
@@ -289,6 +300,37 @@ def file_label(record: dict, docs: list[dict]) -> str:
     return f"《{name}》（{tag}）"
 
 
+def queued_text(name: str, ahead: int, typical_s: float) -> str:
+    """A queued import as its user sees it: what is happening and how long it may take."""
+    line = f"⏳ 《{name}》已收到并保存，正在排队等待导入"
+    line += f"（前面还有 {ahead} 个文件）。" if ahead else "。"
+    if typical_s:
+        wait = typical_s * (ahead + 1)
+        line += f"最近每个文件的导入约需 {typical_s:.0f} 秒，预计 {max(1, round(wait / 60))} 分钟内开始显示进度。"
+    else:
+        line += "导入通常每个文件需要几秒到几分钟（PDF 和图片多的文档更久）。"
+    return line + "可以先继续提问；如果很久没有开始，请联系管理员。"
+
+
+def queue_hint(stuck: int, waited_s: float) -> str:
+    """For admins in the knowledge-base view: which process the queued imports wait for."""
+    return (f"> 🛠️ 管理员提示：有 {stuck} 个导入任务已排队 {waited_s / 60:.0f} 分钟以上仍未开始。"
+            "如果没有导入进程在运行，请在服务器上启动 `bash scripts/worker.sh`（或让网页进程自己导入：`IMPORT_IN_APP=true`）。")
+
+
+def import_help(labels: str, max_mb: int, max_files: int, may_import: bool) -> str:
+    """How to bring manuals in, shown at once (the empty knowledge base's first question)."""
+    lines = ["## 📎 怎么导入说明书", "",
+             "1. 点击输入框左侧的 📎（回形针）按钮，选择说明书文件；",
+             "2. 或者把文件直接拖进对话框；",
+             "3. 整个网站或文件夹（含图片）：先打包成 .zip 或 .tar.gz 再上传，文件夹结构会用来识别产品，页面里的图片会随答案显示。",
+             "", f"可导入：{labels}。单个文件不超过 {max_mb} MB，一条消息最多 {max_files} 个文件。",
+             "可以在同一条消息里附上文件并写下问题：导入完成后马上回答。"]
+    if not may_import:
+        lines += ["", "⚠️ 你的账号是只读角色，不能导入；请联系管理员导入说明书。"]
+    return "\n".join(lines)
+
+
 def documents_table(docs: list[dict]) -> str:
     rows = ["| 文件 | 状态 | 页数 | 切片 | 图片 | 导入时间 | 来源 |", "|---|---|---|---|---|---|---|"]
     rows += [f"| {cell(d.get('file_name')) or d['doc_id']} | {STATUS_NAMES.get(d.get('status'), cell(d.get('status')))} "
@@ -307,7 +349,7 @@ def by_product(docs: list[dict]) -> dict[str, list[dict]]:
 def kb_overview(docs: list[dict]) -> str:
     """Every product with its documents."""
     if not docs:
-        return "📚 知识库还是空的：把说明书（PDF 或 Markdown）拖进对话框即可导入。"
+        return "📚 知识库还是空的：点击输入框左侧的 📎 或把说明书拖进对话框即可导入（整个网站请打包成 .zip）。"
     grouped = by_product(docs)
     lines = [f"## 📚 知识库：{len(grouped)} 个产品，{len(docs)} 份文档"]
     for product, group in grouped.items():
@@ -320,6 +362,47 @@ def kb_overview(docs: list[dict]) -> str:
 def product_view(product: str, docs: list[dict]) -> str:
     return "\n".join([f"### {cell(product)}", "", documents_table(docs), "",
                       "点击文件名查看它的切片，或重新导入、删除。"])
+
+
+TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+
+
+def chunk_excerpt(content: str, budget: int = CHUNK_CHARS) -> list[str]:
+    """A chunk's text as the chunk view shows it, within `budget` characters: prose on one quoted
+    line per run of text (a picture marked where it was), a Markdown table kept a table (its rows on
+    lines of their own, so the chat renders it rather than showing its pipes)."""
+    blocks: list[tuple[bool, list[str]]] = []
+    for line in content.splitlines():
+        is_row = bool(TABLE_ROW.match(line))
+        if not line.strip() and not is_row:
+            if blocks and blocks[-1][0]:
+                blocks.append((False, []))  # a blank line ends a table
+            continue
+        if not blocks or blocks[-1][0] != is_row:
+            blocks.append((is_row, []))
+        blocks[-1][1].append(line.strip())
+    out: list[str] = []
+    left = budget
+    for is_table, rows in blocks:
+        if left <= 0:
+            break
+        if not rows:
+            continue
+        if is_table:
+            kept = rows[:2]  # the header and its separator always go together
+            for row in rows[2:]:
+                if sum(map(len, kept)) + len(row) > left:
+                    break
+                kept.append(row)
+            cut = len(kept) < len(rows)
+            left = 0 if cut else left - sum(map(len, kept))
+            out += ["", *(plain(r) for r in kept), *(["", "…"] if cut else []), ""]
+        else:
+            text = IMAGE_MARK.sub("🖼", " ".join(" ".join(rows).split()))
+            text, left = (text[:left] + "…", 0) if len(text) > left else (text, left - len(text))
+            out += [f"> {plain(text)}", ""]
+    tidy = [line for i, line in enumerate(out) if line or (i and out[i - 1])]  # one blank line between blocks
+    return "\n".join(tidy).strip("\n").split("\n")
 
 
 def chunk_page(record: dict, chunks: list[dict], start: int) -> str:
@@ -338,10 +421,7 @@ def chunk_page(record: dict, chunks: list[dict], start: int) -> str:
         path = (f"{parent} › {title}" if parent and title and not title.startswith(parent) else title or parent) \
             or "（无标题）"
         part = f"（第 {chunk['part']} 段）" if int(chunk.get("part") or 1) > 1 else ""
-        text = IMAGE_MARK.sub("🖼", " ".join((chunk.get("content") or "").split()))
-        if len(text) > CHUNK_CHARS:
-            text = text[:CHUNK_CHARS] + "…"
-        lines += ["", f"**{n}. {cell(path)}**{part}", "", f"> {plain(text)}"]
+        lines += ["", f"**{n}. {cell(path)}**{part}", "", *chunk_excerpt(chunk.get("content") or "")]
     if start + CHUNK_PAGE < len(chunks):
         lines.append(f"\n第 {start + 1}–{start + len(shown)} 个，共 {len(chunks)} 个。")
     return "\n".join(lines)

@@ -7,19 +7,21 @@ changes are for admins and editors (`ui.access`).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Awaitable, Callable
 
 import chainlit as cl
 
 from graphs.importing import catalog, enqueue_reimport, enqueue_reindex
 from services.errors import ImportProcessError, StorageError
-from services.task_store import COMPLETED
-from ui.access import can_edit, may_change_knowledge_base, user_name
+from services.task_store import COMPLETED, PENDING, get_task_store
+from ui.access import can_edit, is_admin, may_change_knowledge_base, user_name
 from ui.background import drop_buttons, in_thread, keep_buttons, spawn
 from ui.format import (
-    CHUNK_PAGE, NO_PRODUCT, by_product, chunk_page, file_label, kb_overview, product_view, set_summary,
+    CHUNK_PAGE, NO_PRODUCT, by_product, chunk_page, file_label, kb_overview, product_view, queue_hint, set_summary,
+    unsure,
 )
-from ui.progress import FileView, Follower, follow_tasks
+from ui.progress import QUEUE_SAMPLE, QUEUED_NOTICE_S, FileView, Follower, follow_tasks
 
 COMMAND = "知识库"
 COMMANDS = [{"id": COMMAND, "icon": "library", "description": "查看和管理知识库：产品、文档、切片",
@@ -89,12 +91,28 @@ async def finish(message: cl.Message, content: str) -> None:
 
 
 # -- the view -------------------------------------------------------------------------------
+def stuck_imports() -> tuple[int, float]:
+    """(pending tasks that no process has started for QUEUED_NOTICE_S, the longest wait in seconds)."""
+    now = time.time()
+    waits = [now - t["created"] for t in get_task_store().list(QUEUE_SAMPLE)
+             if t["status"] == PENDING and not t.get("steps") and now - t["created"] > QUEUED_NOTICE_S]
+    return len(waits), max(waits, default=0.0)
+
+
 async def show_overview(_: cl.Action | None = None) -> None:
     docs = await asyncio.to_thread(catalog.documents)
     actions = [button(PRODUCT, f"管理：{p}", "package", product=p) for p in by_product(docs)]
     if docs and can_edit():
         actions.append(button(REINDEX, "重建索引", "refresh-cw"))
-    await say(kb_overview(docs), actions)
+    text = kb_overview(docs)
+    if is_admin():  # which process to start is for whoever runs the server, never for readers
+        try:
+            stuck, waited_s = await asyncio.to_thread(stuck_imports)
+        except StorageError:
+            stuck, waited_s = 0, 0.0
+        if stuck:
+            text += "\n\n" + queue_hint(stuck, waited_s)
+    await say(text, actions)
 
 
 async def show_product(action: cl.Action) -> None:
@@ -136,7 +154,7 @@ async def send_set_summary(items: list[dict]) -> None:
     actions = [button(ACCEPT, "接受", "check")]
     actions += [button(RENAME, f"改名：{p}", "pencil", product=p) for p in products]
     # a big set offers only its unsure files here; every file can be moved from the knowledge-base view
-    movable = items if len(items) <= MAX_MOVE_BUTTONS else [i for i in items if i["how"] == "weak"]
+    movable = items if len(items) <= MAX_MOVE_BUTTONS else [i for i in items if unsure(i)]
     actions += [button(MOVE, f"移动《{i['file']}》（{i['product']}）", "folder-input", doc=i["doc_id"], products=products)
                 for i in movable]
     await say(set_summary(items), actions)

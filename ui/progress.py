@@ -9,8 +9,8 @@ import time
 import chainlit as cl
 
 from services.errors import StorageError
-from services.task_store import COMPLETED, FAILED, PENDING, get_task_store
-from ui.format import ImportProgress
+from services.task_store import COMPLETED, FAILED, PENDING, PROCESSING, get_task_store
+from ui.format import ImportProgress, queued_text
 
 log = logging.getLogger("ui.progress")
 
@@ -19,7 +19,16 @@ POLL_S = 0.3      # while the tasks change; doubled while they do not, up to POL
 POLL_MAX_S = 1.5  # (on the embedded database every read scans the task collection)
 LOST_AFTER_S = 60.0  # the task store unreadable this long: stop following (the task itself goes on)
 QUEUED_NOTICE_S = 20.0  # a task not started this long: say why it may wait
+QUEUE_SAMPLE = 200  # recent tasks read for the queue's length and a typical import's duration
 ENDED = (COMPLETED, FAILED)
+
+
+def queue_outlook(task: dict) -> tuple[int, float]:
+    """(tasks queued before this one, typical seconds per import lately) from the task store."""
+    recent = get_task_store().list(QUEUE_SAMPLE)
+    ahead = sum(1 for t in recent if t["status"] in (PENDING, PROCESSING) and t["created"] < task.get("created", 0))
+    took = sorted(float((t.get("result") or {}).get("seconds") or 0) for t in recent if t["status"] == COMPLETED)
+    return ahead, took[len(took) // 2] if took else 0.0
 
 
 class Follower:
@@ -129,8 +138,11 @@ class FileView(Follower):
         waited = time.monotonic() - self.shown_at
         if task.get("status") == PENDING and not task.get("steps") and waited > QUEUED_NOTICE_S and not self.told_queued:
             self.told_queued = True
-            self.message.content = (f"⏳ 《{self.name}》还在排队，尚未开始导入：前面有其他导入任务，"
-                                    "或者没有导入进程在运行（启动 `bash scripts/worker.sh`）。文件已保存，开始后这里会显示进度。")
+            try:
+                ahead, typical_s = await asyncio.to_thread(queue_outlook, task)
+            except StorageError:  # the notice still says what is happening, without the numbers
+                ahead, typical_s = 0, 0.0
+            self.message.content = queued_text(self.name, ahead, typical_s)
             await self.message.update()
 
     async def lost(self, error: StorageError) -> None:

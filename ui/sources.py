@@ -57,12 +57,25 @@ async def pdf_element(source: dict, label: str) -> cl.Pdf:
                   mime="application/pdf")
 
 
+def missing_pictures_note(doc_id: str) -> str:
+    """A document imported without some of its pictures says so where its text is read (an answer
+    never shows the broken reference)."""
+    try:
+        record = get_document_registry().get(doc_id) if doc_id else None
+    except Exception as exc:  # the passage is still worth showing without the note
+        log.warning("document record of %s not readable: %s", doc_id, exc)
+        return ""
+    missing = int((record or {}).get("images_missing") or 0)
+    return f"这份文档有 {missing} 张图片没有随文件提供，原文中的这些图片无法显示。" if missing else ""
+
+
 async def text_element(source: dict, label: str, note: str = "") -> cl.Text:
     content = await asyncio.to_thread(chunk_content, str(source.get("chunk_id") or ""))
     if content is None:
         content = "这段内容已不在知识库中（说明书可能已重新导入或被删除），请重新提问。"
+    notes = [n for n in (note, await asyncio.to_thread(missing_pictures_note, str(source.get("doc_id") or ""))) if n]
     body = source_text(source, content)
-    return cl.Text(name=label, content=f"> ⚠️ {note}\n\n{body}" if note else body, display="page")
+    return cl.Text(name=label, content="".join(f"> ⚠️ {n}\n\n" for n in notes) + body, display="page")
 
 
 async def open_source(action: cl.Action) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from graphs.importing.chunking import embed_text
-from graphs.importing.nodes.product import MAX_NAME_CHARS, one_line
+from graphs.importing.naming import MAX_NAME_CHARS, one_line
 from graphs.importing.runner import ImportResult, run_import
 from services.documents import DAMAGED, IMPORTING, READY, get_document_registry
 from services.embeddings import get_embedder

@@ -1,10 +1,12 @@
-"""Markdown -> retrieval chunks (spec 000 §3.6, node_document_split), as pure functions.
+"""Markdown -> retrieval chunks (node_document_split), as pure functions.
 
 Pipeline for a manual: ``html_to_markdown`` (documentation sites leave HTML/MDX inside Markdown) then
 ``split_markdown``: heading sections -> long sections cut by RecursiveCharacterTextSplitter -> short
-neighbours merged.  ``mode="seed"`` is the spec's rule verbatim; ``mode="smart"`` (default) keeps
+neighbours merged.  ``mode="plain"`` is the plain heading rule (heading text as title, 2000 / 500 characters); ``mode="smart"`` (default) keeps
 callout and empty headings inline, titles chunks with their heading path, merges tiny sibling
-sections, keeps numbered siblings at one level and lets no document title head every section.
+sections, keeps numbered siblings at one level ("2.1" inside "2."), lets no document title or front
+matter heading (前言, 修订历史, 版权声明 …) head every section, and keeps a table of contents out of
+every section (its text stays, under the document's name).
 
 Converted PDFs carry page markers (``services.pdf_parser.PAGE_MARKER``): every chunk then gets the
 pages its text lies on.  Other documents get page 0.
@@ -43,6 +45,22 @@ _NUMBERINGS = [  # heading numbering styles; group 1 is the number, other groups
 _NUMBER_PREFIX_RE = re.compile(rf"^(?:[（(]?\s*(?:\d+(?:\.\d+)*|{_CN_NUMBER})\s*[)）.、．]?\s*)+")
 PAGE_MARKER_LINE_RE = re.compile(rf"^[ \t]*{PAGE_MARKER_RE.pattern}[ \t]*\n?", re.MULTILINE)
 _PAGE_OR_IMAGE_RE = re.compile(rf"{PAGE_MARKER_RE.pattern}|!\[[^\]\n]*\]\([^)\n]*\)")
+# Front matter: headings that introduce the manual rather than head its chapters.
+FRONT_MATTER_RE = re.compile(
+    r"^(?:前言|序言|序|引言|写在前面|致用户|致尊敬的用户|目录|修订历史|修订记录|版本历史|版本记录|更新记录|文档历史|"
+    r"版权|版权声明|版权信息|版权所有|版权说明|免责声明|法律声明|声明|商标|商标声明|关于本手册|关于本说明书|关于本文档|"
+    r"关于本书|手册说明|阅读说明|contents|table of contents|preface|foreword|introduction to this manual|"
+    r"revision history|document history|change log|changelog|copyright|copyright notice|disclaimer|"
+    r"legal notice|legal information|trademarks?|about this (?:manual|guide|document))$", re.IGNORECASE)
+TOC_HEADING_RE = re.compile(r"^(?:目录|contents|table of contents)$", re.IGNORECASE)
+# A table of contents line: a title, dot leaders and a page number; a numbered title and a page
+# number; or a list item linking to an anchor of the same page.
+_TOC_LEADER_RE = re.compile(r"^(?P<title>.*?[^\W\d_].*?)\s*(?:…+|(?:[.．·•_-]\s?){3,})\s*(?P<page>\d{1,4})$")
+_TOC_NUMBERED_RE = re.compile(
+    rf"^(?P<title>(?:第\s*(?:\d+|{_CN_NUMBER})\s*[章节篇部]|\d+(?:\.\d+)*[.、．]?|{_CN_NUMBER}、)\s*\S.*?)"
+    r"(?:\s+|\s*\|\s*)(?P<page>\d{1,4})$")
+_TOC_ANCHOR_RE = re.compile(r"^(?:[-*+]|\d+[.)])\s+\[[^\]\n]+\]\(#[^)\s]*\)$")
+TOC_MIN_LINES = 3
 CALLOUT_RE = re.compile(
     r"^(?:说明|注意|注意事项|警告|提示|注|小贴士|note|notes|warning|tip|tips|caution|important)[！!：:]*$",
     re.IGNORECASE)
@@ -201,11 +219,12 @@ def html_to_markdown(text: str) -> str:
 
 @dataclass
 class _Section:
-    title: str            # seed: heading text; smart: heading path
+    title: str            # plain: heading text; smart: heading path
     parent_title: str
     parent_path: tuple    # heading path of the parent (smart-mode merge key)
     heading: str          # the original heading line ("" for preamble / no-heading documents)
     body: str
+    toc: bool = False     # holds a table of contents: merged with no other section
 
 
 @dataclass
@@ -242,7 +261,8 @@ def _is_heading_line(kind, line, smart):
     text = _clean_heading(_heading_text(line))
     # A "注意"/"Note" heading is a callout label, part of the running text; a heading of bare
     # numbers and marks ("1.", "（二）", "***") names nothing.
-    return not CALLOUT_RE.match(text) and bool(_WORD_RE.search(_NUMBER_PREFIX_RE.sub("", text)))
+    return (not CALLOUT_RE.match(text) and bool(_WORD_RE.search(_NUMBER_PREFIX_RE.sub("", text)))
+            and not _TOC_LEADER_RE.match(text))
 
 
 def _numeral(text):
@@ -272,11 +292,72 @@ def _numbering(text):
     return None
 
 
+def _toc_entry(line):
+    """(form, page or None) when a line reads as a table-of-contents entry, else None."""
+    text = re.sub(r"\*\*|__|`", "", line.strip().lstrip("#").strip()).strip(" |")
+    if _TOC_ANCHOR_RE.match(text):
+        return "anchor", None
+    for form, pattern in (("leader", _TOC_LEADER_RE), ("numbered", _TOC_NUMBERED_RE)):
+        m = pattern.match(text)
+        if m:
+            return form, int(m.group("page"))
+    return None
+
+
+def _toc_lines(kinds):
+    """Indexes of the lines that make up tables of contents: runs of at least TOC_MIN_LINES entries
+    (blank lines and page markers may sit between them) whose page numbers never go down, with the
+    "目录" heading right above a run.  Numbered titles ending in a number ("3. 设置波特率 9600")
+    can be steps of a procedure, so a run of only those needs that heading or twice the length.
+    A table of contents repeats the headings; it is no section."""
+    found, run, pages, forms = set(), [], [], set()
+
+    def close():
+        above = (run[0] if run else 0) - 1
+        while above >= 0 and kinds[above][0] == "text" and _filler(kinds[above][1]):
+            above -= 1
+        headed = (above >= 0 and kinds[above][0] == "text" and HEADING_RE.match(kinds[above][1])
+                  and TOC_HEADING_RE.match(_heading_name(kinds[above][1])))
+        if len(run) >= TOC_MIN_LINES and (headed or forms != {"numbered"} or len(run) >= 2 * TOC_MIN_LINES):
+            found.update(run)
+            if headed:
+                found.add(above)
+        run.clear()
+        pages.clear()
+        forms.clear()
+
+    for i, (kind, line) in enumerate(kinds):
+        if kind == "text" and _filler(line):
+            continue
+        entry = _toc_entry(line) if kind == "text" else None
+        if entry is None or (entry[1] is not None and pages and entry[1] < pages[-1]):
+            close()
+            if entry is None:
+                continue
+        run.append(i)
+        forms.add(entry[0])
+        if entry[1] is not None:
+            pages.append(entry[1])
+    close()
+    return found
+
+
+def _filler(line):
+    return not line.strip() or bool(PAGE_MARKER_RE.fullmatch(line.strip()))
+
+
+def _heading_name(line):
+    """A heading's words without numbering, marks or inner spaces ("目  录" is "目录")."""
+    text = _NUMBER_PREFIX_RE.sub("", _clean_heading(_heading_text(line))).strip()
+    return re.sub(r"(?<=[^\x00-\x7f])\s+(?=[^\x00-\x7f])", "", text)
+
+
 def _levels(headings):
     """Nesting level per heading line.  Font-size levels of a converted PDF drift ("五、" set smaller
-    than "四、"): a heading numbered right after an earlier one of the same style is its sibling,
-    never its child."""
+    than "四、", "2.1" as large as "2."): a heading numbered right after an earlier one of the same
+    style is its sibling, never its child, and "2.1" is a child of the "2" above it."""
     levels, last = [], {}  # style -> (value, level) of the latest heading of that style
+    dotted = {}  # "2.1" -> level of the latest heading numbered so
     for line in headings:
         level = len(line.strip()) - len(line.strip().lstrip("#"))
         numbered = _numbering(_clean_heading(_heading_text(line)))
@@ -284,7 +365,12 @@ def _levels(headings):
             style, value = numbered
             if style in last and value == last[style][0] + 1:
                 level = min(level, last[style][1])
+            if style[0] == "dotted" and style[1] in dotted:
+                # "2.1" set as large as "2." is still inside it
+                level = max(level, dotted[style[1]] + 1)
             last[style] = (value, level)
+            if style[0] == "dotted":
+                dotted[f"{style[1]}.{value}".lstrip(".")] = level
         levels.append(level)
     return levels
 
@@ -300,11 +386,13 @@ def _title_block(raw, levels):
     first = next(i for i, (line, _) in enumerate(raw) if line is not None)
     best, i = None, first
     while i < len(raw):
-        if all(levels[j] > levels[i] for j in range(i + 1, len(raw))):
+        if all(levels[j] > levels[i] for j in range(i + 1, len(raw)) if raw[j][0] is not None):
             best = i
         if i + 1 == len(raw) or not _blank(raw[i][1]) or levels[i + 1] <= levels[i]:
             break
         i += 1
+    if best is None and first + 1 < len(raw) and _blank(raw[first][1]) and levels[first + 1] <= levels[first]:
+        best = first  # a cover line above a heading of its own rank heads nothing
     return None if best is None or best == len(raw) - 1 else (first, best)
 
 
@@ -321,7 +409,7 @@ def _fold_title_block(raw, levels, min_len):
     target = keep if keep is not None else last + 1
     folded = [text for line, lines in raw[first:target] for text in (_clean_heading(_heading_text(line)), *lines)]
     raw, levels = list(raw), list(levels)
-    raw[target] = (raw[target][0], folded + [""] + raw[target][1])
+    raw[target][1][:0] = folded + [""]  # in place: the body keeps its identity (see toc_bodies)
     del raw[first:target], levels[first:target]
     return raw, levels, (first if keep is not None else None)
 
@@ -329,7 +417,24 @@ def _fold_title_block(raw, levels, min_len):
 def _sections(text, file_title, smart, min_len):
     """Cut the document at headings outside fences; text before the first heading is a section."""
     raw, heading, body = [], None, []
-    for kind, line in _classify(text.split("\n")):
+    kinds = list(_classify(text.split("\n")))
+    toc = _toc_lines(kinds) if smart else set()
+    toc_bodies = set()  # id() of the body lists holding a table of contents
+    in_toc = False  # the last line that was not blank was part of a table of contents
+    for i, (kind, line) in enumerate(kinds):
+        if kind == "text" and _filler(line):
+            body.append(line)
+            continue
+        was_toc, in_toc = in_toc, i in toc
+        if in_toc:
+            if not was_toc and (heading is not None or not _blank(body)):
+                # A table of contents is no part of the section above it, and neither is what
+                # follows it up to the next heading: that text has no heading of its own.
+                raw.append((heading, body))
+                heading, body = None, []
+            body.append(line)
+            toc_bodies.add(id(body))
+            continue
         if _is_heading_line(kind, line, smart):
             carried = []
             if heading is None and all(not l.strip() or PAGE_MARKER_RE.fullmatch(l.strip()) for l in body):
@@ -339,7 +444,8 @@ def _sections(text, file_title, smart, min_len):
             heading, body = line, carried
         else:
             body.append(line)
-    raw.append((heading, body))
+    if heading is not None or any(l.strip() for l in body) or not raw:
+        raw.append((heading, body))
     if all(h is None for h, _ in raw):
         return [_Section(NO_TITLE, NO_TITLE, (), "", _trim_blank_lines(raw[0][1]))]
 
@@ -350,7 +456,7 @@ def _sections(text, file_title, smart, min_len):
     sections, stack = [], []  # stack: [(level, clean heading text)] of the open headings
     for i, (line, lines) in enumerate(raw):
         if line is None:
-            sections.append(_Section(file_title, file_title, (), "", _trim_blank_lines(lines)))
+            sections.append(_Section(file_title, file_title, (), "", _trim_blank_lines(lines), toc=id(lines) in toc_bodies))
             continue
         text_ = _heading_text(line)
         if not smart:
@@ -362,7 +468,9 @@ def _sections(text, file_title, smart, min_len):
         stack.append((levels[i], _clean_heading(text_)))
         sections.append(_Section(PATH_SEP.join(t for _, t in stack), PATH_SEP.join(parent) or file_title,
                                  parent, line.strip(), _trim_blank_lines(lines)))
-        if i == lone_title:
+        if i == lone_title or (FRONT_MATTER_RE.match(_heading_name(line)) and all(
+                levels[j] > levels[i] for j in range(i + 1, len(raw)) if raw[j][0] is not None)):
+            # A preface with no later heading of its rank would otherwise head every chapter.
             stack.pop()
     return sections
 
@@ -414,10 +522,10 @@ def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int
     """Split a Markdown manual into chunks: [{title, content, parent_title, part, page_start, page_end}].
 
     Every content starts with a title prefix line and is at most max_len characters.  See the
-    module docstring for the difference between mode="seed" and mode="smart"; pages are 1-based,
+    module docstring for the difference between mode="plain" and mode="smart"; pages are 1-based,
     0 for a document without page markers.
     """
-    if mode not in ("seed", "smart"):
+    if mode not in ("plain", "smart"):
         raise ValueError(f"unknown split mode {mode!r}")
     # 4 bytes per character at most: the upper bound keeps content inside Milvus VARCHAR(65535);
     # the lower one leaves a title prefix room next to the text.
@@ -433,6 +541,8 @@ def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int
         # heading with tiny children becomes one chunk.  Done after the first pass so a section's
         # own short lead-in piece stays with the rest of that section.
         def same_branch(a, b):
+            if sections[a.first].toc or sections[b.first].toc:
+                return False
             root = sections[a.first].parent_path
             return sections[b.first].parent_path[:len(root)] == root
         pieces = _merge(pieces, sections, same_branch, max_len, min_len)
@@ -460,5 +570,6 @@ def _pages(body, page):
 
 
 def conformance_split(markdown_text: str, file_title: str) -> list[dict]:
-    """Adapter for /work/shared/conformance/md_split_check.py (the seed rule it checks)."""
-    return split_markdown(markdown_text, file_title, mode="seed")
+    """Adapter for the shared Markdown-splitter conformance check (`md_split_check.py MODULE:FUNCTION`),
+    which checks the plain rule."""
+    return split_markdown(markdown_text, file_title, mode="plain")

@@ -16,12 +16,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from graphs.importing.archives import is_archive, unpack
+from graphs.importing.filetypes import DOCUMENT_KINDS, refusal
 from services.errors import FileProcessingError, ImportProcessError, ValidationError
 from services.object_store import get_object_store
 from services.settings import Settings
 
-SUPPORTED = {".pdf": "pdf", ".md": "md", ".markdown": "md", ".docx": "docx", ".html": "html", ".htm": "html",
-             ".txt": "txt"}
+SUPPORTED = DOCUMENT_KINDS  # what the import graph reads; archives are unpacked into these first
 MAX_FILES = 50  # a documentation site's pages arrive together, to be recognised as one set
 MAX_NAME_BYTES = 200
 UNSAFE_CHARS = re.compile(r'[<>:"|?*]')
@@ -62,23 +63,30 @@ def doc_identity(path: Path, doc_key: str | None = None) -> tuple[str, str]:
 
 def validate_file(path: Path, max_mb: int) -> str:
     """The file's type (a SUPPORTED value), or a ValidationError saying in Chinese what is wrong."""
+    size = checked_size(path)
+    kind = SUPPORTED.get(path.suffix.lower())
+    if kind is None:
+        raise ValidationError(refusal(path.name))
+    check_size(path.name, size, max_mb)
+    return kind
+
+
+def checked_size(path: Path) -> int:
     try:
         if not path.exists():
             raise FileProcessingError(f"文件不存在：{path}")
         if not path.is_file():
             raise ValidationError(f"“{path}”不是文件（是文件夹？请用命令行导入整个文件夹）。")
-        size = path.stat().st_size
+        return path.stat().st_size
     except OSError as exc:
         raise unreadable(path, exc) from exc
-    kind = SUPPORTED.get(path.suffix.lower())
-    if kind is None:
-        raise ValidationError(f"不支持的文件类型“{path.suffix or '无扩展名'}”："
-                              "目前只能导入 PDF、Word（.docx）、网页（.html / .htm）、纯文本（.txt）或 Markdown（.md）文件。")
+
+
+def check_size(name: str, size: int, max_mb: int) -> None:
     if size == 0:
-        raise ValidationError(f"文件“{path.name}”是空的（0 字节），没有可导入的内容。")
+        raise ValidationError(f"文件“{name}”是空的（0 字节），没有可导入的内容。")
     if size > max_mb * 1024 * 1024:
-        raise ValidationError(f"文件“{path.name}”有 {size / 1024 / 1024:.1f} MB，超过了 {max_mb} MB 的上限。")
-    return kind
+        raise ValidationError(f"文件“{name}”有 {size / 1024 / 1024:.1f} MB，超过了 {max_mb} MB 的上限。")
 
 
 def safe_filename(raw: str | None) -> str:
@@ -116,6 +124,7 @@ class StagedFile:
     content_hash: str
     original_key: str    # where the original is kept in the object store
     folders: tuple[str, ...] = ()  # the folders the client's file name gave (a site export), for recognition
+    archive: str = ""    # a page unpacked from an archive: the archive's folder, which its pictures share
 
     def as_dict(self) -> dict:
         return {k: list(v) if k == "folders" else str(v) for k, v in self.__dict__.items()}
@@ -148,50 +157,111 @@ def _target(folder: Path, name: str) -> Path:
     return target
 
 
-def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) -> list[StagedFile]:
+class StagedBatch(list):
+    """The staged files of one upload, plus a line per archive about what in it was not imported."""
+
+    def __init__(self, files=(), notes: list[str] | None = None):
+        super().__init__(files)
+        self.notes = notes or []
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while block := stream.read(1024 * 1024):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _unpack_archive(archive: Path, folder: Path, display: str, settings: Settings,
+                    notes: list[str]) -> list[tuple[str, str, Path, str, tuple[str, ...], str]]:
+    """An uploaded archive -> its pages and manuals as received files (their pictures beside them in
+    `folder`); the archive file itself goes once unpacked. A page that fails its check is skipped."""
+    try:
+        unpacked = unpack(archive, folder, display_name=display, max_files=settings.archive_max_files,
+                          max_mb=settings.archive_max_mb, clean_name=safe_filename)
+    finally:
+        archive.unlink(missing_ok=True)
+    received = []
+    for rel in unpacked.documents:
+        page = folder / rel
+        size = page.stat().st_size
+        if size == 0 or size > settings.max_upload_mb * 1024 * 1024:
+            unpacked.skip("是空的（0 字节）" if size == 0 else f"超过了 {settings.max_upload_mb} MB 的上限", rel)
+            page.unlink()
+            continue
+        received.append((uuid.uuid4().hex, rel, page, _sha256(page), client_folders(rel), str(folder)))
+    if not received:
+        raise UploadRejected(400, f"压缩包“{display}”里没有可导入的说明书：{unpacked.skipped_text()}。")
+    notes.append(unpacked.note(display, len(received)))
+    return received
+
+
+def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) -> StagedBatch:
     """Save every file under {DATA_DIR}/uploads/YYYYMMDD/{task_id}/{name}, check it and store its
-    original; all files are accepted or none (nothing is left behind)."""
+    original; all files are accepted or none (nothing is left behind). An archive (.zip / .tar.gz)
+    is unpacked into its task folder and stands for the pages and manuals in it."""
     if len(files) > MAX_FILES:
         raise UploadRejected(400, f"一次最多上传 {MAX_FILES} 个文件，本次收到 {len(files)} 个。")
     day = datetime.now().strftime("%Y%m%d")
     created: list[Path] = []
-    received: list[tuple[str, str, Path, str, tuple[str, ...]]] = []
+    notes: list[str] = []
+    received: list[tuple[str, str, Path, str, tuple[str, ...], str]] = []
     try:
         for raw_name, stream in files:
             task_id = uuid.uuid4().hex
             folder = settings.data_dir / "uploads" / day / task_id
             name = safe_filename(raw_name)
-            target = _target(folder, name)
-            folder.mkdir(parents=True, exist_ok=False)
+            display = display_filename(raw_name, name)
+            archive = is_archive(name)
+            # an archive arrives beside the folder it is unpacked into
+            target = _target(folder.parent, f"{task_id}-{name}") if archive else _target(folder, name)
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            if not archive:
+                folder.mkdir(exist_ok=False)
             created.append(folder)
+            created.append(target)
             digest = hashlib.sha256()
-            with target.open("wb") as out:
+            with target.open("xb") as out:
                 while block := stream.read(1024 * 1024):
                     digest.update(block)
                     out.write(block)
             try:
+                if archive:
+                    check_size(display, target.stat().st_size, settings.max_upload_mb)
+                    received += _unpack_archive(target, folder, display, settings, notes)
+                    continue
                 validate_file(target, settings.max_upload_mb)
             except ImportProcessError as exc:
                 raise UploadRejected(400, exc.message) from exc
-            received.append((task_id, display_filename(raw_name, name), target, digest.hexdigest(),
-                             client_folders(raw_name)))
+            received.append((task_id, display, target, digest.hexdigest(), client_folders(raw_name), ""))
         store = get_object_store(settings)
-        staged = []
-        for task_id, display, target, digest, carried in received:
-            doc_key = f"upload:{target.name}:{digest}"
+        staged = StagedBatch(notes=notes)
+        for task_id, shown, target, digest, carried, archive_folder in received:
+            # an archive's page is named by its place in the archive: two `index.md` stay two documents
+            key_name = shown if archive_folder else target.name
+            doc_key = f"upload:{key_name}:{digest}"
             try:
                 original = store.upload_original(target, doc_identity(target, doc_key)[1])
             except ImportProcessError as exc:
                 raise UploadRejected(503, f"原件保存失败，没有开始导入：{exc.message}") from exc
-            staged.append(StagedFile(task_id, target.name, display, target, doc_key, digest, original, carried))
+            staged.append(StagedFile(task_id, target.name, shown, target, doc_key, digest, original, carried,
+                                     archive_folder))
     except BaseException:
-        for folder in created:
-            shutil.rmtree(folder, ignore_errors=True)
+        for path in created:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
         raise
     return staged
 
 
 def discard(staged: list[StagedFile]) -> None:
-    """Remove the task folders of files that will not be imported."""
+    """Remove the task folders of files that will not be imported (of an archive's page, the page
+    alone: its pictures serve the archive's other pages too)."""
     for item in staged:
-        shutil.rmtree(item.path.parent, ignore_errors=True)
+        if item.archive:
+            item.path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(item.path.parent, ignore_errors=True)

@@ -9,17 +9,19 @@ itself replaces a document by its identity, so running a task again never adds a
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import uuid
 
 from graphs.importing import catalog
 from graphs.importing.files import StagedFile
-from graphs.importing.runner import ImportResult, decide_products, run_import
+from graphs.importing.configuration import ImportConfiguration
+from graphs.importing.runner import ImportResult, decide_products, discard_failed, run_import
 from services.errors import StorageError, is_transient
 from services.object_store import get_object_store
 from services.settings import Settings, get_settings
 from services.task_queue import RetryTask, TaskQueue, get_task_queue
-from services.task_store import RETRY, get_task_store
+from services.task_store import FAILED, GIVE_UP, RETRY, get_task_store
 
 log = logging.getLogger("import.jobs")
 
@@ -135,7 +137,8 @@ def _run_import(task_id: str, job: dict, may_retry: bool) -> str | None:
         staged.path.parent.mkdir(parents=True, exist_ok=True)
         staged.path.write_bytes(get_object_store().open_original(staged.original_key))
     result = run_import(staged.path, product=job.get("product"), product_source=job.get("product_source", "user"),
-                        product_evidence=job.get("product_evidence", ""), staged=staged, task_id=task_id,
+                        product_evidence=job.get("product_evidence", ""), product_how=job.get("how", ""),
+                        product_backed=bool(job.get("backed")), staged=staged, task_id=task_id,
                         set_id=job.get("set_id", ""), updated_by=job.get("updated_by", ""), may_retry=may_retry)
     return _worth_retrying(result, may_retry)
 
@@ -176,8 +179,35 @@ def hand_on_expired(settings: Settings | None = None) -> int:
         if outcome == RETRY:
             log.warning("task %s: its worker died, queued again", task["task_id"])
             queue.send(RUN_TASK, task["task_id"])
+        elif outcome == GIVE_UP:
+            discard_files_of(task)
         handed += outcome is not None
     return handed
+
+
+def discard_files_of(task: dict) -> None:
+    """What a failed upload's task wrote and nothing refers to: its staged copy, and its original and
+    work folder unless an earlier version of the document uses them."""
+    job = task.get("job") or {}
+    if job.get("kind") != IMPORT:
+        return
+    staged = StagedFile.from_dict(job["staged"])
+    discard_failed(ImportResult(task_id=task["task_id"], file=str(staged.path), status="failed"), staged,
+                   ImportConfiguration.from_runnable_config(None))
+
+
+def discard_failed_uploads(settings: Settings | None = None) -> int:
+    """At start-up: the files of upload tasks that failed while no clean-up could run (their process
+    died). Returns how many upload folders went."""
+    settings = settings or get_settings()
+    tasks, removed = get_task_store(settings), 0
+    for folder in sorted((settings.data_dir / "uploads").glob("*/*")):
+        task = tasks.get(folder.name) if folder.is_dir() else None
+        if task is not None and task["status"] == FAILED:
+            discard_files_of(task)
+            shutil.rmtree(folder, ignore_errors=True)  # a folder the job did not name (an older layout)
+            removed += 1
+    return removed
 
 
 # --- workers ------------------------------------------------------------------------------------------
@@ -198,13 +228,22 @@ class Worker:
             except StorageError as exc:  # a store out of reach this round; the next round tries again
                 log.warning("could not check task leases: %s", exc)
 
-    def start(self) -> None:
+    def _start_watching(self) -> None:
+        try:
+            removed = discard_failed_uploads(self.settings)
+            if removed:
+                log.warning("removed the files of %d failed upload(s) left by a process that died", removed)
+        except StorageError as exc:  # the task store out of reach: the next start tries again
+            log.warning("could not look for files of failed uploads: %s", exc)
         self._watcher.start()
+
+    def start(self) -> None:
+        self._start_watching()
         self.consumer.start()
 
     def run(self) -> None:
         """Until SIGINT / SIGTERM (a worker program)."""
-        self._watcher.start()
+        self._start_watching()
         try:
             self.consumer.run()
         finally:

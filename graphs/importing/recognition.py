@@ -14,20 +14,22 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from graphs.importing.naming import MAX_NAME_CHARS, offline_product
 from graphs.vocabulary import PRODUCT_NOUNS, TECH_NOUNS, TECH_TERMS
-from services.doc_converter import markdown_of
+from services.converter_box import markdown_of
 from services.settings import get_settings
 from services.text_files import read_text
 
 HEX_HASH = re.compile(r"^[0-9a-f]{12,}$", re.IGNORECASE)
 VARIANT = re.compile(r"^(?:[A-Z]{1,4}|[A-Za-z]*\d[A-Za-z0-9.]*|Pro|Max|Plus|Lite|Mini|Ultra|SE|Air)$")
 TOKEN = r"[A-Za-z0-9][A-Za-z0-9]*(?:[-.+][A-Za-z0-9]+)*"
-PHRASE = re.compile(rf"(?<![A-Za-z0-9_\-./]){TOKEN}(?: {TOKEN}){{0,4}}(?![A-Za-z0-9_\-])")
+PHRASE = re.compile(rf"(?<![A-Za-z0-9_\-./]){TOKEN}(?:(?: | ?& ?){TOKEN}){{0,4}}(?![A-Za-z0-9_\-])")
+# words joined by "&" are one brand ("Lynk & Co"), never two names
+WORD = re.compile(r"[A-Z][A-Za-z0-9]*(?: ?& ?[A-Z][A-Za-z0-9]*)+|[^\s&]+")
 FRONT_MATTER = re.compile(r"\A\ufeff?---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 ATX = re.compile(r"^ {0,3}(#{1,6})\s+(.+?)\s*#*\s*$", re.MULTILINE)
 SETEXT = re.compile(r"^(?P<title>[^\n#>\-=*|][^\n]*)\n(?P<rule>=+|-+)[ \t]*$", re.MULTILINE)
 NOISE = re.compile(r"```.*?```|~~~.*?~~~|`[^`\n]*`|!\[[^\]]*\]\([^)]*\)|\]\([^)]*\)|<[^>]+>|https?://\S+", re.DOTALL)
-MAX_NAME_CHARS = 100
 
 
 @dataclass
@@ -44,6 +46,7 @@ class Recognised:
     product: str                    # "" when nothing in the set names one
     how: str                        # "named" | "folder" | "set" | "weak" | "none"
     evidence: str                   # said to the person, in Chinese
+    backed: bool = False            # the page's title / front matter, or a folder named after it, says so
 
 
 @dataclass
@@ -97,17 +100,17 @@ def _is_model_token(tok: str) -> bool:
 def _phrases(text: str):
     """(start, end, tokens) of every run of Latin words, split at words no product name holds."""
     for m in PHRASE.finditer(text):
-        toks = m.group(0).split(" ")
-        pos = m.start()
+        words = [(m.start() + w.start(), w.group(0)) for w in WORD.finditer(m.group(0))]
+        toks = [w for _, w in words]
         run: list[tuple[int, str]] = []
-        for tok in toks + [None]:
-            if tok is not None and (_is_model_token(tok) or run and VARIANT.match(tok)):
+        for n, (pos, tok) in enumerate(words + [(0, None)]):
+            # a number opens a run only before a model word: "280 M5" is a model, "450 mm" is not
+            opens = tok is not None and tok.isdigit() and n + 1 < len(toks) and _is_model_token(toks[n + 1])
+            if tok is not None and (_is_model_token(tok) or opens or run and VARIANT.match(tok)):
                 run.append((pos, tok))
             elif run:
                 yield run[0][0], run[-1][0] + len(run[-1][1]), [t for _, t in run]
                 run = []
-            if tok is not None:
-                pos += len(tok) + 1
 
 
 def _folder_keys(folders: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
@@ -122,6 +125,10 @@ def _folder_keys(folders: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
         for prev in parts[:i]:
             p = "".join(prev).lower()
             forms |= {p + whole} | ({p + initials} if initials else set())
+        # the words that tell a model from its siblings: a folder `kite-450-m5` is named after "450 M5"
+        # and "M5" as well as "Kite 450 M5"
+        forms |= {"".join(words[k:]).lower() for k in range(1, len(words))
+                  if any(re.search(r"\d", w) for w in words) and re.search(r"[a-z]", "".join(words[k:]).lower())}
         keys.update({k: folders[:i + 1] for k in forms if len(k) >= 2})
     return keys
 
@@ -138,6 +145,7 @@ class SetRecogniser:
         self.candidates: dict[str, _Candidate] = {}
         self.alias_of: dict[str, str] = {}
         self._collect()
+        self.sibling_groups = self._sibling_groups()
         self.products = self._products()
         self.patterns = self._patterns()
 
@@ -152,9 +160,10 @@ class SetRecogniser:
                     # every sub-run that starts at a model word is a candidate model, the word before it
                     # a possible brand ("Milk-V Mars CM" -> "mars cm" by Milk-V, "mars", "cm"...)
                     for i in range(len(toks)):
-                        if not re.match(r"[A-Z0-9]", toks[i]) or not _is_model_token(toks[i]):
-                            continue  # product names are written capitalised; "to remove" is prose
-                        for j in range(i + 1, len(toks) + 1):
+                        numeric = toks[i].isdigit()
+                        if not (numeric or re.match(r"[A-Z0-9]|[a-z]+[A-Z]", toks[i]) and _is_model_token(toks[i])):
+                            continue  # product names are written capitalised ("myCobot" too); "to remove" is prose
+                        for j in range(i + 1 + numeric, len(toks) + 1):
                             alias = _fold(" ".join(toks[i:j]))
                             if j - i == 1 and VARIANT.match(toks[i]) and not re.search(r"\d", toks[i]):
                                 continue  # a lone "CM" or "Pro" is no model
@@ -172,12 +181,53 @@ class SetRecogniser:
                             if _compact(alias) in keys:
                                 c.folders.add(keys[_compact(alias)])
 
+    def _sibling_groups(self) -> list[set[str]]:
+        """The pages of each sibling folder at the first level where the set's folders part (`a/x`,
+        `a/y`, `a/z` under one `a`); none when the set has no folders or a single one."""
+        depth = 0
+        while True:
+            deeper = [p for p in self.pages if len(p.folders) > depth]
+            parts = {p.folders[:depth + 1] for p in deeper}
+            if len(parts) != 1 or not deeper:
+                break
+            depth += 1
+        groups: dict[tuple, set[str]] = defaultdict(set)
+        for page in self.pages:
+            if len(page.folders) > depth:
+                groups[page.folders[:depth + 1]].add(page.key)
+        return list(groups.values()) if len(groups) >= 2 else []
+
+    def _shared_by_siblings(self, c: _Candidate) -> bool:
+        """Written alike in every sibling folder (a language, a system, an app every variant's pages
+        use) and named after none of them: what the siblings share cannot tell one from another."""
+        return bool(self.sibling_groups) and not c.folders and all(g & set(c.pages) for g in self.sibling_groups)
+
     def _is_product(self, c: _Candidate) -> bool:
         if re.fullmatch(r"[\d.]+|v[\d.]+", c.alias) or HEX_HASH.match(c.alias.replace(" ", "")):
             return False
+        if self._shared_by_siblings(c):
+            return False
         named = bool(c.title_pages) or sum(c.pages.values()) >= 3
         branded = any(self._is_brand(b) for b in c.brands)
-        return bool(c.folders) or named and (c.product_nouns > c.tech_nouns or branded and bool(c.title_pages))
+        if not (c.folders or re.search(r"\d", c.alias) or any(self._brand_of_several(b) for b in c.brands)):
+            return False  # no model code, no folder, no brand of a product line: a section, a feature ("Record Audio")
+        # a brand's model is named by a title, or by its model code written again and again
+        return bool(c.folders) or named and (c.product_nouns > c.tech_nouns
+                                             or branded and (bool(c.title_pages) or bool(re.search(r"\d", c.alias))))
+
+    def _family_only(self, c: _Candidate) -> bool:
+        """Every time the words are written, one of two or more model words follows them."""
+        after = Counter()
+        for d in self.candidates.values():
+            if d.alias.startswith(c.alias + " ") and " " not in d.alias[len(c.alias) + 1:]:
+                # only the forms written with the family's words apart ("Duo S", not "DuoS")
+                after[d.alias] = sum(n for f, n in d.forms.items() if _fold(f).startswith(c.alias + " "))
+        return len(+after) >= 2 and sum(after.values()) >= sum(c.forms.values())
+
+    def _brand_of_several(self, token: str) -> bool:
+        """A brand that also stands before another model of the set (a product line's name)."""
+        return self._is_brand(token) and sum(1 for c in self.candidates.values()
+                                             if c.brands.get(token) and " " not in c.alias) >= 2
 
     def _is_brand(self, token: str) -> bool:
         """A word written before two or more different models, or before a model that is a product by
@@ -185,6 +235,8 @@ class SetRecogniser:
         low = _fold(token)
         if low in TECH_TERMS or not re.search(r"[A-Za-z]", token):
             return False
+        if "&" in token:  # "Lynk & Co": a company's name by its very form
+            return True
         if not re.match(r"[A-Z]", token) or token[:1].isdigit():
             return False
         own = self.candidates.get(_compact(token))
@@ -193,12 +245,20 @@ class SetRecogniser:
             return False  # a model of its own ("Mars" before "CM"), or itself after a brand
         followers = [c for c in self.candidates.values() if c.brands.get(token) and " " not in c.alias]
         return len(followers) >= 2 and any(c.title_pages for c in followers) \
-            or any(c.folders or c.product_nouns for c in followers)
+            or any(c.brands.get(token) and (c.folders or c.product_nouns) for c in self.candidates.values())
 
     def _products(self) -> dict[str, str]:
         """compact alias -> display name of every product the set names."""
         chosen = [c for c in self.candidates.values() if self._is_product(c)]
         chosen = [c for c in chosen if not self._is_brand(c.forms.most_common(1)[0][0])]
+        # a folder named after a family whose pages only ever write one model of it ("orbit/" with
+        # "Orbit S2" throughout) holds that model, not a product of the family's name
+        chosen = [c for c in chosen if not c.folders or not any(
+            d is not c and _compact(d.alias).startswith(_compact(c.alias)) and " " in d.alias
+            and sum(d.pages.values()) >= sum(c.pages.values()) for d in chosen)]
+        # a family's words always followed by one of two or more model codes ("myKite 450" Pi / M5 /
+        # Uno) do not tell the siblings apart: the family is no product
+        chosen = [c for c in chosen if not self._family_only(c)]
         compacts = {_compact(c.alias) for c in chosen}
         kept = []
         for c in chosen:
@@ -215,7 +275,12 @@ class SetRecogniser:
             kept.append(c)
         # two names of one folder are one product ("Mars CM" and "Mars Compute Module")
         by_folder: dict[tuple, _Candidate] = {}
-        for c in sorted(kept, key=lambda c: -sum(c.pages.values())):
+        # a folder that spells a model code names it whole ("myKite 450 M5" for `mykite-450-m5`), over
+        # the short forms its pages use; otherwise the form written most
+        def spelled(c: _Candidate) -> bool:
+            return any(_compact(c.alias) == _compact(f[-1]) and re.search(r"\d", f[-1]) for f in c.folders)
+
+        for c in sorted(kept, key=lambda c: (not spelled(c), -sum(c.pages.values()))):
             deepest = max(c.folders, key=len) if c.folders else None
             if deepest is not None and deepest in by_folder:
                 self.alias_of[_compact(c.alias)] = _compact(by_folder[deepest].alias)
@@ -246,11 +311,7 @@ class SetRecogniser:
             c = self.candidates[key]
             for form in list(c.forms) + [name]:
                 forms[_fold(form)] = name
-        out = []
-        for form in sorted(forms, key=len, reverse=True):
-            body = r"[\s\-_]*".join(re.escape(t) for t in re.split(r"[\s\-_]+", form) if t)
-            out.append((re.compile(rf"(?<![a-z0-9]){body}(?![a-z0-9])"), forms[form]))
-        return out
+        return [(_name_pattern(form), forms[form]) for form in sorted(forms, key=len, reverse=True)]
 
     def mentions(self, text: str) -> Counter:
         """Product -> how often `text` names it (the longest name wins where names overlap)."""
@@ -289,11 +350,14 @@ class SetRecogniser:
                 # a title may give only the family: the body then names the variant ("Mars" -> "Mars CM")
                 variants = [v for v in body if v != name and _compact(v).startswith(_compact(name))
                             and body[v] >= 2 and body[v] > body[name]]
+                titled = name
                 if variants:
                     name = max(variants, key=lambda v: body[v])
-                out[page.key] = Recognised(name, "named", f"标题写明“{name}”")
+                backed = name == titled or bool(folder) and folder[0] == name
+                evidence = f"标题写明“{name}”" if name == titled else f"标题写明“{titled}”，正文多次写“{name}”"
+                out[page.key] = Recognised(name, "named", evidence, backed)
             elif folder and not (top[1] >= 3 and top[1] > 2 * body[folder[0]] and top[0] != folder[0]):
-                out[page.key] = Recognised(folder[0], "folder", f"所在文件夹 {folder[1]} 即“{folder[0]}”")
+                out[page.key] = Recognised(folder[0], "folder", f"所在文件夹 {folder[1]} 即“{folder[0]}”", True)
             elif top[1] >= 2 or len(body) == 1:
                 out[page.key] = Recognised(top[0], "named", f"文中提到“{top[0]}” {top[1]} 次")
         self._inherit(out)
@@ -358,6 +422,57 @@ def is_valid_name(name: str, pages: list[Page], file_stems: set[str] = frozenset
                for w in words) and any(_fold(w) in text for w in words)
 
 
+def _name_pattern(form: str) -> re.Pattern:
+    body = r"[\s\-_]*".join(re.escape(t) for t in re.split(r"[\s\-_]+", _fold(form)) if t)
+    return re.compile(rf"(?<![a-z0-9]){body}(?![a-z0-9])")
+
+
+def titled(name: str, titles: list[str]) -> bool:
+    """Whether a title (front matter, the headings that open the document) writes the name (its
+    brand may be left out)."""
+    titles = _fold(" \n ".join(titles))
+    words = re.findall(TOKEN, name)
+    return bool(words) and any(_name_pattern(" ".join(words[k:])).search(titles)
+                               for k in range(min(2, len(words))) if _is_model_token(words[k]))
+
+
+def known_product(page: Page, known: list[str], least: int = 2) -> Recognised | None:
+    """A product the knowledge base already holds that this page names: a page uploaded on its own
+    joins its siblings. The name as the catalogue writes it, or its words from the model code on,
+    counts; the longest name wins where names overlap ("450 Pi" over "450"). It needs the title, or
+    `least` mentions and no rival named as often."""
+    forms: list[tuple[str, str]] = []
+    for name in known:
+        words = re.findall(TOKEN, name)
+        forms.append((name, name))
+        # its short forms, down to the words from its model code on ("myKite 450 M5", "450 M5" of
+        # "Veltro myKite 450 M5"); never a version alone ("V1" of "MF1 V1")
+        code = next((i for i, w in enumerate(words) if re.search(r"\d", w)), 0)
+        forms += [(" ".join(words[k:]), name) for k in range(1, code + 1)]
+    forms.sort(key=lambda f: -len(f[0]))
+    scores: Counter = Counter()
+    in_title: set[str] = set()
+    for part, text in (("title", " \n ".join(page.titles)), ("body", page.text)):
+        low, taken = _fold(text), []
+        for form, name in forms:
+            for m in _name_pattern(form).finditer(low):
+                if not any(a < m.end() and m.start() < b for a, b in taken):
+                    taken.append(m.span())
+                    scores[name] += 1
+                    if part == "title":
+                        in_title.add(name)
+    if not scores:
+        return None
+    ranked = scores.most_common(2)
+    name, n = ranked[0]
+    rival = ranked[1][1] if len(ranked) > 1 else 0
+    if name in in_title and not in_title - {name}:
+        return Recognised(name, "known", f"标题写明知识库已有的“{name}”", True)
+    if n >= least and n > rival:
+        return Recognised(name, "known", f"文中提到知识库已有的“{name}” {n} 次", False)
+    return None
+
+
 def page_of(path: Path, root: Path | None, text: str) -> Page:
     folders = tuple(path.resolve().parent.relative_to(root.resolve()).parts) if root else ()
     return read_page(str(path), text, folders)
@@ -384,6 +499,7 @@ class PlannedFile:
     product: str       # "" where the set says nothing (the file's own recognition decides)
     how: str           # as Recognised.how, or "file" (left to the file's own recognition)
     evidence: str
+    backed: bool = False
 
 
 def plan_set(paths: list[Path], root: Path | None = None,
@@ -392,8 +508,6 @@ def plan_set(paths: list[Path], root: Path | None = None,
     (`root` gives their folders, or `folders` per path for uploads that carried them; flat uploads
     have none); a PDF or a Word file is a whole manual and is left to its own recognition, as is a
     set of one."""
-    from graphs.importing.nodes.product import offline_product
-
     pages, own = [], {}
     for path in paths:
         text = page_text(path) if len(paths) > 1 else None
@@ -410,5 +524,5 @@ def plan_set(paths: list[Path], root: Path | None = None,
         if r is None or not r.product:
             out.append(PlannedFile(path, "", "file" if r is None else r.how, r.evidence if r else ""))
         else:
-            out.append(PlannedFile(path, refine(r.product, own.get(str(path), "")), r.how, r.evidence))
+            out.append(PlannedFile(path, refine(r.product, own.get(str(path), "")), r.how, r.evidence, r.backed))
     return out

@@ -35,6 +35,7 @@ class ImportResult:
     images_uploaded: int = 0
     images_missing: int = 0
     missing_images: list[str] = field(default_factory=list)
+    case_images: list[str] = field(default_factory=list)  # found only by ignoring case: fix the site
     images_remote: int = 0                # linked from the web and not imported (see node_md_img)
     remote_images: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -43,8 +44,9 @@ class ImportResult:
     failed_node: str = ""
     doc_id: str = ""                 # the document's stable identity in the vector store
     doc_key: str = ""                # its folder in the object store and under DATA_DIR/work
-    product_how: str = ""            # how the product was decided: named | folder | set | weak | file | user
+    product_how: str = ""            # how the product was decided (see naming.Proposal.how)
     product_evidence: str = ""
+    product_confirm: bool = False    # the name is not backed by a title, front matter or folder: ask
     transient: bool = False          # failed in a way that may pass on a later attempt
 
     def to_dict(self) -> dict:
@@ -72,7 +74,8 @@ def discard_failed(result: ImportResult, staged: StagedFile | None, cfg: ImportC
 
 def run_import(path: str | Path, *, product: str | None = None, staged: StagedFile | None = None,
                task_id: str | None = None, on_event: Callable[[dict], None] | None = None,
-               product_source: str = "user", product_evidence: str = "", set_id: str = "",
+               product_source: str = "user", product_evidence: str = "", product_how: str = "",
+               product_backed: bool = False, set_id: str = "",
                updated_by: str = "", identity: str | None = None, original_key: str | None = None,
                source: str = "path", file_name: str = "", may_retry: bool = False,
                config: RunnableConfig | None = None) -> ImportResult:
@@ -91,7 +94,8 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     state = {"task_id": task_id, "import_file_path": str(path), "set_id": set_id, "updated_by": updated_by,
              "source": source, "file_name": file_name or Path(path).name}
     if product:
-        state.update(requested_product=product, product_source=product_source, product_evidence=product_evidence)
+        state.update(requested_product=product, product_source=product_source, product_evidence=product_evidence,
+                     product_how=product_how, product_backed=product_backed)
     if identity:  # the same document again (reindexing from its original)
         state["doc_key"] = identity
     if original_key:
@@ -133,11 +137,14 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     images = final.get("images") or []
     result.product = final.get("product", "")
     result.product_evidence = final.get("product_evidence", product_evidence)
+    result.product_how = final.get("product_how", product_how)
+    result.product_confirm = bool(final.get("product_confirm"))
     result.doc_id, result.doc_key = final.get("doc_id", ""), final.get("doc_key", "")
     result.pages = int(final.get("pages") or 0)
     result.images_uploaded = sum(1 for i in images if i["status"] == "uploaded")
     result.missing_images = [i["src"] for i in images if i["status"] == "missing"]
     result.images_missing = len(result.missing_images)
+    result.case_images = [i["src"] for i in images if i.get("case")]
     result.remote_images = [i["src"] for i in images if i["status"] == "remote"]
     result.images_remote = len(result.remote_images)
     result.node_seconds = {e["node"]: e["seconds"] for e in final.get("node_log") or []}
@@ -169,12 +176,13 @@ def decide_products(paths: list[Path], root: Path | None = None, product: str | 
         given = product or (products or {}).get(str(path)) or (products or {}).get(path.name)
         planned = by_path.get(str(path))
         if given:
-            name, source, how, evidence = given, "user", "user", "由用户指定"
+            name, source, how, evidence, backed = given, "user", "user", "由用户指定", True
         elif planned and planned.product:
-            name, source, how, evidence = planned.product, "set", planned.how, planned.evidence
+            name, source, how, evidence, backed = planned.product, "set", planned.how, planned.evidence, planned.backed
         else:
-            name, source, how, evidence = None, "user", "file", planned.evidence if planned else ""
-        out.append({"product": name, "product_source": source, "product_evidence": evidence, "how": how})
+            name, source, how, evidence, backed = None, "user", "file", planned.evidence if planned else "", False
+        out.append({"product": name, "product_source": source, "product_evidence": evidence, "how": how,
+                    "backed": backed})
     return out
 
 
@@ -186,9 +194,9 @@ def import_set(paths: list[Path], *, root: Path | None = None, product: str | No
     results = []
     for i, (path, decided) in enumerate(zip(paths, decide_products(paths, root, product, products, staged))):
         result = run_import(path, product=decided["product"], product_source=decided["product_source"],
-                            product_evidence=decided["product_evidence"],
+                            product_evidence=decided["product_evidence"], product_how=decided["how"],
+                            product_backed=decided["backed"],
                             staged=staged[i] if staged else None, task_id=staged[i].task_id if staged else None,
                             on_event=on_event, set_id=set_id, updated_by=updated_by)
-        result.product_how = decided["how"]
         results.append(result)
     return results

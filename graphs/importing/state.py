@@ -29,7 +29,7 @@ class ImportGraphState(TypedDict, total=False):
     caption_mode: str          # "vision-model" | "offline"
     chunks: list[dict]         # {title, parent_title, part, content, product, dense, sparse}
     product: str
-    product_source: str        # "user" | "set" | "llm" | "offline"
+    product_source: str        # one of naming.ORDER: "user" | "remembered" | "set" | "known" | "llm" | "offline" | "page"
     chunk_ids: list[str]
     pages: int
     # registry: what the document record says about where the file came from
@@ -40,5 +40,8 @@ class ImportGraphState(TypedDict, total=False):
     original_key: str          # the original in the object store (uploads: stored on receipt)
     set_id: str                # documents recognised together (a folder import, a multi-file upload)
     product_evidence: str      # why this product (set recognition), shown in the catalogue
+    product_how: str           # how it was decided, as the import summary says it (see naming.Proposal)
+    product_backed: bool       # a set's name backed by a title, front matter or a folder named after it
+    product_confirm: bool      # the summary asks the person to confirm the name
     updated_by: str
     node_log: NodeLog

@@ -5,6 +5,8 @@ the process's own for the given settings. Nodes read them here, never through mo
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from langchain_openai import ChatOpenAI
 
 from graphs.base import Configuration, Service
@@ -22,6 +24,8 @@ class QueryConfiguration(Configuration):
     embedder = Service[Embedder](lambda s: get_embedder(s))
     reranker = Service[Reranker](lambda s: get_reranker(s))
     history_store = Service[HistoryStore](lambda s: get_history_store(s))
+    # Calibration fields replaced for this run (a benchmark choosing them on other corpora): {} = none
+    calibration_overrides = Service[dict](lambda s: {})
 
     @property
     def offline_reranker(self) -> Reranker:
@@ -35,6 +39,8 @@ class QueryConfiguration(Configuration):
 
     def calibration(self, scorer: str | None = None) -> Calibration:
         """The constants of the scorer that ran (`scorer`), else of the reranker handed in, else of
-        the configured one: an injected reranker never gets another scorer's thresholds."""
+        the configured one: an injected reranker never gets another scorer's thresholds. Fields in
+        `calibration_overrides` replace the found ones."""
         given = self.given.get("reranker")
-        return calibration_of(self.settings, self.embedder.name, scorer or (given.name if given is not None else None))
+        found = calibration_of(self.settings, self.embedder.name, scorer or (given.name if given is not None else None))
+        return replace(found, **self.calibration_overrides) if self.calibration_overrides else found

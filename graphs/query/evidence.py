@@ -59,19 +59,20 @@ def unscored_grade() -> dict:
             "method": "unscored"}
 
 
-def offline_grade(top: float, threshold: float, floor: float) -> dict:
+def offline_grade(top: float, threshold: float, floor: float | None) -> dict:
     """The rule over calibrated scores: the best passage's score against the threshold and the
     refusal floor calibrated on the scale of the scorer that ran. Passages of the confirmed product
     came back, so they count as relevant; scores say nothing about ambiguity, so the offline rule
-    never asks back. Under the threshold but not the floor the evidence is `weak`: after the one
-    rewrite it is answered with a caution instead of "not known"."""
+    never asks back. Under the threshold the evidence is `weak`: after the one rewrite it is
+    answered with a caution instead of "not known" - unless a refusal floor is in use (`floor`,
+    None when off) and the score is under it."""
     answerable = top >= threshold
     reason = f"最相关资料得分 {top:.3f}，{'达到' if answerable else '低于'}作答阈值 {threshold:.3f}"
-    if not answerable:
+    if not answerable and floor is not None:
         reason += f"，{'不低于' if top >= floor else '低于'}拒答下限 {floor:.3f}"
     return {"relevant": True, "answerable": answerable, "ambiguous": False, "confidence": round(top, 4),
             "route": "answer" if answerable else "rewrite", "reason": reason, "missing": "", "follow_up": "",
-            "method": "offline", "weak": not answerable and top >= floor}
+            "method": "offline", "weak": not answerable and (floor is None or top >= floor)}
 
 
 def validate_grade(data: dict) -> dict:
@@ -139,8 +140,8 @@ def grade_evidence(cfg: QueryConfiguration, question: str, products: list[str], 
                  "method": "no_evidence"}
     else:
         cal = cfg.calibration(scorer)
-        fallback = (offline_grade(top, cal.answer_threshold, cal.refuse_threshold) if scores is not None
-                    else unscored_grade())
+        floor = cal.refuse_threshold if cfg.settings.offline_refusal else None
+        fallback = offline_grade(top, cal.answer_threshold, floor) if scores is not None else unscored_grade()
         grade = model_grade(cfg, question, products, docs, fallback) or fallback
     judged = grade["route"]
     grade["route"] = resolve_route(grade, bool(docs), sub_question=sub_question, rewrites_left=rewrites_left)
@@ -170,6 +171,12 @@ def merge_evidence(results: list[dict]) -> list[dict]:
     whole = [d for r in results if r.get("whole") for d in r["docs"]]
     parts = interleave([r["docs"] for r in results if not r.get("whole")])
     return interleave([whole + parts])  # one list: a passage keeps its first place
+
+
+def keep_found(rewritten: list[dict], first: list[dict]) -> list[dict]:
+    """The rewritten retrieval's passages with the first one's taken in turns: a rewrite may find
+    more, never drop what the user's own words found."""
+    return interleave([rewritten, first])
 
 
 def strength(grade: dict) -> int:

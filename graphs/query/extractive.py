@@ -1,8 +1,11 @@
 """The answer without a chat model: the sentences of the top sources that answer the question.
 
 A source is cut into units: a sentence, a numbered or bulleted list or a code block (kept whole), a
-table row (shown under its table's header); a unit ending in a colon brings the one it announces. Units are scored by the share of the question's vocabulary they hold;
-the best unit of each quoted source is shown with its neighbours, the source named above it.
+table row (shown under its table's header); a unit ending in a colon brings the one it announces.
+Units are scored by the share of the question's vocabulary they hold (synonyms included) and, for a
+question asking a value, by whether they state it under a name the question uses. The answer leads
+with the best line of all, cited; then the best unit of each quoted source with its neighbours,
+the source named above it. Pictures are those of the quoted passages near the quoted lines.
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from graphs.query.retrieval import is_thin
-from services.reranker import coverage, query_terms, sentences, squashed
+from services.reranker import coverage, query_terms, sentence_coverage, sentences, squashed, value_asked
 
 OFFLINE_NOTE = "（未配置大语言模型，以下是从说明书中直接摘录的相关内容。）"
 NOTHING_FOUND = "没有找到相关内容。"
@@ -18,20 +21,33 @@ NOTHING_FOUND = "没有找到相关内容。"
 # 0.917 / 0.800 against 1 neighbour 0.917 / 0.733; 3, 4 or 5 sources and a further-source share of
 # 0.3 or 0.5 made no difference there (4 sources: the fact of a chunk ranked 4th can still show).
 SOURCES = 4
+MAX_CITED = 5            # sources an answer may cite (and so chips under it)
+PICTURE_LINES = 3        # a picture this many lines or fewer from a quoted line belongs to it
 NEIGHBOURS = 2           # units shown on each side of the best one
 MAX_UNITS = 5            # units quoted from one source
 MAX_UNIT_CHARS = 600     # a longer list or sentence is cut (with an ellipsis)
 MAX_SOURCE_CHARS = 700   # what one source may add to the answer
-# A further source is quoted only when its best unit holds at least this share of what the first
+# A further source is quoted only when its best unit holds at least this share of what the best
 # source's best unit holds (else it would add noise, not the fact).
 FURTHER_SOURCE_SHARE = 0.5
 MD_IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
+CITATION = re.compile(r"\[(\d+)\]")
 LIST_ITEM = re.compile(r"^\s*(\d+[.、)）]|[-*+•]\s|[（(]\d+[)）]|第[一二三四五六七八九十\d]+步)")
 TABLE_ROW = re.compile(r"^\s*\|")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}")
 WORD = re.compile(r"[\w\u4e00-\u9fff]")
 FENCE = re.compile(r"^\s*(```|~~~)")
 INTRO_END = ("：", ":")  # "run this:" - the unit after it is what it announces
+
+
+@dataclass
+class Quote:
+    index: int           # the source's number, [n] in the answer
+    doc: dict
+    text: str            # what is quoted of it
+    lead: str            # its best line, as the answer's first line would show it
+    score: float
+    near: str            # the lines of its content around the quoted ones (their pictures)
 
 
 @dataclass
@@ -118,19 +134,32 @@ def focus(terms: list[str], text: str, limit: int) -> str:
     return shown[:limit] + ("……" if hi < len(lines) - 1 or len(shown) > limit else "")
 
 
-def excerpt(terms: list[str], doc: dict) -> tuple[float, str]:
-    """(how much of the question the heading and the best unit hold, quoted text): the best unit
-    with its neighbours, and the other units scoring nearly as well, in document order; a table row
-    under its table's header."""
+def lead_line(terms: list[str], unit: Unit, value: bool) -> str:
+    """The unit's line that answers: a table row read with its header ("列：值，…"), else the
+    unit's best line (a list's item, a sentence); nothing from a code block."""
+    if FENCE.match(unit.text):
+        return ""
+    if unit.header and TABLE_ROW.match(unit.text):
+        names = [c.strip() for c in unit.header.splitlines()[0].strip().strip("|").split("|")]
+        cells = [c.strip() for c in unit.text.strip().strip("|").split("|")]
+        return "，".join(f"{n}：{c}" if n else c for n, c in zip(names, cells) if WORD.search(c))
+    lines = [line.strip() for line in unit.text.splitlines() if WORD.search(line)]
+    return max(lines, key=lambda line: sentence_coverage(terms, line, value), default="")
+
+
+def excerpt(terms: list[str], doc: dict, value: bool = False) -> tuple[float, str, str]:
+    """(how much of the question the heading and the best unit hold, quoted text, the best unit's
+    answering line): the best unit with its neighbours, and the other units scoring nearly as well,
+    in document order; a table row under its table's header."""
     found = units(doc.get("content") or "", doc.get("title") or "")
     if not found:
-        return 0.0, ""
+        return 0.0, "", ""
     # The product's name is in every chunk of its manual, the heading path in every sentence of this
     # one: their words tell no sentence apart (but the heading says how relevant the chunk is).
     name, title = squashed(doc.get("product") or ""), doc.get("title") or ""
     topic = [t for t in terms if t.replace(" ", "") not in name] or terms
     inner = [t for t in topic if t.replace(" ", "") not in squashed(title)] or topic
-    scores = [coverage(inner, f"{u.heading}\n{u.text}") for u in found]
+    scores = [sentence_coverage(inner, u.text, value, u.header, u.heading) for u in found]
     best = max(range(len(found)), key=lambda i: (scores[i], -i))
     chosen = set(range(max(0, best - NEIGHBOURS), best + NEIGHBOURS + 1)) & set(range(len(found)))
     for i in sorted(range(len(found)), key=lambda i: -scores[i]):
@@ -158,31 +187,51 @@ def excerpt(terms: list[str], doc: dict) -> tuple[float, str]:
         shown_header = unit.header
         parts.append(text)
         last = i
-    return coverage(topic, f"{title}\n{found[best].text}"), "\n".join(parts)
+    score = sentence_coverage(topic, found[best].text, value, found[best].header, title)
+    return score, "\n".join(parts), lead_line(inner, found[best], value)
 
 
 def heading(i: int, doc: dict) -> str:
     return f"**[{i}] {doc.get('title', '')}**（{doc.get('product', '')}）"
 
 
-def extractive_answer(question: str, docs: list[dict]) -> tuple[str, list[dict]]:
-    """Offline answer from the ranked sources (their [n] kept) and the sources it quotes."""
-    terms = query_terms(question)
+def near_quote(content: str, quoted: str) -> str:
+    """The content's lines within a few lines of a quoted one: where the pictures of the quoted text are."""
+    lines = content.splitlines()
+    shown = {squashed(MD_IMAGE.sub("", q)) for q in quoted.splitlines()} - {""}
+    hits = [i for i, line in enumerate(lines) if squashed(MD_IMAGE.sub("", line)) in shown]
+    keep = {j for i in hits for j in range(i - PICTURE_LINES, i + PICTURE_LINES + 1)}
+    return "\n".join(line for j, line in enumerate(lines) if j in keep)
+
+
+def cited(answer: str, sources: list[dict]) -> list[dict]:
+    """The sources (numbered by `index`) that the answer's text cites as [n], in their order, at
+    most MAX_CITED: the chips under an answer. A quoted line ("> ...") is the manual's text, and a
+    "[3]" in it no citation."""
+    own = "\n".join(line for line in answer.splitlines() if not line.lstrip().startswith(">"))
+    numbers = {int(n) for n in CITATION.findall(own)}
+    return [s for s in sources if s.get("index") in numbers][:MAX_CITED]
+
+
+def extractive_answer(question: str, docs: list[dict]) -> tuple[str, list[Quote]]:
+    """Offline answer from the ranked sources (their [n] kept) and what it quotes of each: it leads
+    with the best answering line of all quoted sources, cited, then quotes each source."""
+    terms, value = query_terms(question), value_asked(question)
     local = [(i, d) for i, d in enumerate(docs, 1) if d.get("source", "local") == "local" and not is_thin(d)]
-    quoted: list[tuple[int, dict, str]] = []
-    first = None
+    found = []
     for i, doc in local[:SOURCES]:
-        score, text = excerpt(terms, doc)
-        if not text:
-            continue
-        if first is None:
-            first = score
-        elif score < FURTHER_SOURCE_SHARE * first:
-            continue
-        quoted.append((i, doc, text))
-    if not quoted:
+        score, text, lead = excerpt(terms, doc, value)
+        if text:
+            found.append(Quote(i, doc, text, lead, score, near_quote(doc.get("content") or "", text)))
+    if not found:
         return f"{OFFLINE_NOTE}\n\n{NOTHING_FOUND}", []
+    # A further source is quoted only when it holds nearly as much of the question as the best one.
+    top = max(q.score for q in found)
+    quoted = [q for q in found if q.score >= FURTHER_SOURCE_SHARE * top][:MAX_CITED]
+    leader = max(quoted, key=lambda q: (q.score, -q.index))
     lines = [OFFLINE_NOTE, ""]
-    for i, doc, text in quoted:
-        lines += [heading(i, doc), "\n".join(f"> {line}" for line in text.splitlines()), ""]
-    return "\n".join(lines).rstrip(), [d for _, d, _ in quoted]
+    if leader.lead:
+        lines += [f"{leader.lead} [{leader.index}]", ""]
+    for q in quoted:
+        lines += [heading(q.index, q.doc), "\n".join(f"> {line}" for line in q.text.splitlines()), ""]
+    return "\n".join(lines).rstrip(), quoted

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 
 from langchain_openai import ChatOpenAI
 
-from graphs.query.product_match import VERSION_TOKEN, normalize, rank_products
+from graphs.query.product_match import VERSION_TOKEN, normalize, rank_products, tokens
 from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
 
@@ -27,6 +28,7 @@ JOINERS = r"以及|和|与|及|跟|、|,|，"
 COMPARE_TAIL = re.compile(r"(有什么|有啥|有哪些|有何|是否有|的)?(区别|差别|差异|不同|异同)(吗|呢)?\s*[？?。!！]*\s*$")
 LEAD = re.compile(r"^(\s|的|之间|在|分别|都|相比|对比|比较|哪个|哪款|哪一款)+")
 TRAIL = re.compile(r"(\s|的|上|方面|之间|在)+$")
+ZERO_MINOR = re.compile(r"(?<=\d)\.0(?![0-9])")  # what normalize() drops: "V3.0" == "V3"
 
 
 def simple(reason: str, method: str = "rules") -> dict:
@@ -49,14 +51,42 @@ def named_products(question: str, confirmed: list[str], products: list[str]) -> 
     return sorted(set(found) | set(confirmed))
 
 
+def user_span(question: str, span: tuple[int, int]) -> tuple[int, int]:
+    """A span of `normalize(question)` in the user's own text. normalize() drops a version's ".0"
+    ("V2.0" == "V2"), so positions after one shift; the mention keeps the ".0" that ends it, so a
+    sub-question names the product exactly as the user did."""
+    folded = unicodedata.normalize("NFKC", question).lower()
+    if len(folded) != len(question):  # a character NFKC expands: positions cannot be mapped, keep them
+        return span
+    dropped = [m.span() for m in ZERO_MINOR.finditer(folded)]
+    kept = [i for i in range(len(question)) if not any(a <= i < b for a, b in dropped)]
+    a, b = span
+    if b <= a or b > len(kept):
+        return span
+    end = kept[b - 1] + 1
+    end = next((d_end for d_start, d_end in dropped if d_start == end), end)
+    return kept[a], end
+
+
+def compared_versions(question: str, candidates: list[str]) -> list[str]:
+    """A comparison that writes two or more versions ("KX-9 V1.0 和 V1.1 有什么区别"), each the version
+    of exactly one candidate: those products, the ones being compared (asking which one is meant
+    would ask the user to drop half of the question). [] otherwise."""
+    if not COMPARE.search(question):
+        return []
+    versions = {m.group(0) for m in VERSION_TOKEN.finditer(normalize(question))}
+    owners = [[c for c in candidates if v in tokens(c)] for v in versions]
+    if len(versions) < 2 or any(len(o) != 1 for o in owners):
+        return []
+    picked = sorted({o[0] for o in owners})
+    return picked if len(picked) >= 2 else []
+
+
 def aspect_of(question: str, products: list[str]) -> tuple[str, bool]:
     """What is compared: the text after the last product mention, without the comparison words;
     and whether a trailing "有什么区别" was dropped (the sub-question then asks "是什么")."""
-    spans = [m.span for m in rank_products(question, products) if m.score > 0]
-    q = normalize(question)
-    tail = q[max((b for _, b in spans), default=0):]
-    # normalize() keeps lengths (bar a dropped ".0"), so the tail's length finds the user's own text
-    text = question[len(question) - len(tail):] if tail else ""
+    spans = [user_span(question, m.span) for m in rank_products(question, products) if m.score > 0]
+    text = question[max((b for _, b in spans), default=0):]
     text = LEAD.sub("", text)
     dropped = bool(COMPARE_TAIL.search(text))
     text = TRAIL.sub("", COMPARE_TAIL.sub("", text))
@@ -100,8 +130,8 @@ def sentence_sub_questions(question: str, confirmed: list[str], known: list[str]
     if len(parts) < 2:
         return []
     full = [m for m in rank_products(question, known) if m.kind == "full"]
-    # lengths kept by normalize(), as in aspect_of: the span cuts the user's own words
-    mention = question[full[0].span[0]:full[0].span[1]].strip() if full else ""
+    a, b = user_span(question, full[0].span) if full else (0, 0)
+    mention = question[a:b].strip()
     subs = []
     for part in parts[:MAX_SUB_QUESTIONS]:
         named = any(m.kind == "full" for m in rank_products(part, known))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from graphs.query.calibration import RRF_K, Calibration
 from graphs.query.contracts import Hit
-from services.reranker import Reranker, squashed
+from services.reranker import Reranker, expanded_query, squashed
 from services.vector_store import in_filter
 
 if TYPE_CHECKING:
@@ -44,13 +44,14 @@ def without_products(text: str, products: list[str] | None) -> str:
 def search_chunks(cfg: QueryConfiguration, text: str, products: list[str] | None,
                   limit: int | None = None) -> list[Hit]:
     """Dense and sparse recall (optionally per product), fused by weighted reciprocal rank; all of
-    both lists unless `limit`."""
+    both lists unless `limit`. BM25 also looks for the synonyms of the question's words: it
+    matches words, and the manual may use its own for what the customer asks."""
     cal = cfg.calibration()
     store = cfg.vector_store
     vec = cfg.embedder.embed_query(text)
     expr = in_filter("product", products) if products else ""
     dense = store.dense_search(store.chunks, vec, expr=expr, limit=cal.recall_limit, fields=OUTPUT)
-    lexical = without_products(text, products) if cal.strip_products else text
+    lexical = expanded_query(without_products(text, products) if cal.strip_products else text)
     sparse = store.sparse_search(store.chunks, vec, lexical, expr=expr, limit=cal.recall_limit, fields=OUTPUT)
     hits = rrf_fuse([(sparse, cal.sparse_weight), (dense, cal.dense_weight)], top_n=limit or 2 * cal.recall_limit)
     return [{**hit, "rank": rank} for rank, hit in enumerate(hits, 1)]

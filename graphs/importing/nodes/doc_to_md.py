@@ -1,16 +1,19 @@
-"""node_doc_to_md: Word / HTML / text manual -> Markdown with its pictures beside it."""
+"""node_doc_to_md: Word / HTML / text manual -> Markdown with its pictures beside it, converted in a
+process of its own."""
 from __future__ import annotations
 
 import shutil
+from functools import partial
 from pathlib import Path
 
 from langchain_core.runnables import RunnableConfig
 
 from graphs.base import graph_node
 from graphs.importing.configuration import ImportConfiguration
-from graphs.importing.nodes.md_img import image_root, resolve_image
+from graphs.importing.images import image_root, resolve_image
 from graphs.importing.state import ImportGraphState
-from services.doc_converter import KIND_NAMES, convert_to_markdown
+from services.converter_box import convert_to_markdown
+from services.doc_converter import KIND_NAMES
 from services.errors import DocumentConversionError
 
 
@@ -25,7 +28,7 @@ def node_doc_to_md(state: ImportGraphState, config: RunnableConfig) -> dict:
     root = image_root(source, settings.data_dir)
     converted = convert_to_markdown(
         source, kind, out_dir, max_bytes=settings.max_upload_mb * 1024 * 1024,
-        resolve_image=lambda src: resolve_image(src, source, root))
+        resolve_image=partial(resolve_image, md_file=source, root=root), settings=settings)
     return {
         "md_path": str(converted.md_path),
         "_summary": f"{KIND_NAMES[kind]} → {converted.md_path.name}：标题 {converted.headings} 个，"

@@ -8,7 +8,7 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.files import SUPPORTED, doc_identity, validate_file
-from graphs.importing.nodes.product import MAX_NAME_CHARS, one_line
+from graphs.importing.naming import MAX_NAME_CHARS, one_line
 from graphs.importing.state import ImportGraphState
 from services.errors import StateFieldError, ValidationError
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from urllib.parse import unquote
 
 from langchain_core.runnables import RunnableConfig
 
 from graphs.base import emit, graph_node
 from graphs.importing.configuration import ImportConfiguration
+from graphs.importing.images import image_root, locate_image
 from graphs.importing.state import ImportGraphState
 from services.errors import ImageProcessingError, ValidationError
 from services.prompts import load_prompt
@@ -34,39 +34,6 @@ TAG_IMAGE = re.compile(r"<(?:img|image)\b[^>]*?\bsrc\s*=\s*(?:(?P<q>[\"'])(?P<sr
                        re.IGNORECASE)
 TAG_ALT = re.compile(r"\balt\s*=\s*([\"'])(.*?)\1", re.IGNORECASE)
 HEADING = re.compile(r"^\s*#{1,6}\s+(.+)$", re.MULTILINE)
-
-
-def image_root(md_file: Path, data_dir: Path) -> Path:
-    """The folder images may come from. An uploaded file, and Markdown the import converted itself,
-    may only use its own folder, so a crafted `../../` link can never publish a server file; a
-    local import may reach its site root."""
-    md = md_file.resolve()
-    if any((data_dir / own).resolve() in md.parents for own in ("uploads", "work")):
-        return md.parent
-    return ([md.parent, *md.parent.parents][:6])[-1]
-
-
-def resolve_image(src: str, md_file: Path, root: Path) -> Path | None:
-    """Local file for an image reference: relative to the Markdown file, or a site-absolute
-    path (`/docs/...`) resolved against the document's own folders (`static/`, `public/`)."""
-    clean = unquote(src.split("#")[0].split("?")[0]).strip()
-    if not clean:
-        return None
-    root = root.resolve()
-
-    def inside(candidate: Path) -> Path | None:
-        candidate = candidate.resolve()
-        return candidate if candidate.is_file() and (candidate.parent == root or root in candidate.parents) else None
-
-    if not clean.startswith("/"):
-        return inside(md_file.parent / clean)
-    rel = clean.lstrip("/")
-    for folder in [md_file.parent, *md_file.parent.parents][:6]:
-        for base in (folder, folder / "static", folder / "public"):
-            found = inside(base / rel)
-            if found:
-                return found
-    return None
 
 
 def plain(line: str) -> str:
@@ -143,12 +110,14 @@ def node_md_img(state: ImportGraphState, config: RunnableConfig) -> dict:
                 images.append({"src": src, "status": "remote", "url": "", "caption": alt, "reason": exc.message})
                 replacements[(start, end)] = f"（网络图片未导入：{safe_caption(alt) or '图片'}）"
                 continue
+            case_differs = False
         else:
-            local = resolve_image(src, md_file, root)
+            local, case_differs = locate_image(src, md_file, root)
         if local is None or local.suffix.lower() not in IMAGE_SUFFIXES:
+            # reported in the import summary and the source view; an answer never shows the reference
             log.warning("image not found: %s (in %s)", src, md_file)
             images.append({"src": src, "status": "missing", "url": "", "caption": alt})
-            replacements[(start, end)] = f"（图片缺失：{safe_caption(alt) or src}）"
+            replacements[(start, end)] = ""
             continue
         emit({"type": "node_progress", "node": "node_md_img", "text": f"处理图片 {n}/{len(found)}：{local.name}"})
         if not cleared:  # stale images of an earlier import must never mix with these
@@ -166,7 +135,8 @@ def node_md_img(state: ImportGraphState, config: RunnableConfig) -> dict:
                 log.warning("caption failed for %s: %s", local.name, exc)
         caption = safe_caption(caption or offline_caption(alt, text, start))
         url = store.upload_image(doc_key, local)
-        images.append({"src": src, "status": "uploaded", "url": url, "caption": caption})
+        images.append({"src": src, "status": "uploaded", "url": url, "caption": caption,
+                       **({"case": local.name} if case_differs else {})})
         replacements[(start, end)] = f"![{caption}]({url})"
     # Rebuild by slicing, never re.sub with a replacement string: captions may hold `\` and `$`.
     pieces, last = [], 0
@@ -179,10 +149,12 @@ def node_md_img(state: ImportGraphState, config: RunnableConfig) -> dict:
     new_md = Path(state["work_dir"]) / f"{state['doc_id']}_new.md"
     new_md.write_text(new_text, encoding="utf-8")
     counts = {s: sum(1 for i in images if i["status"] == s) for s in ("uploaded", "remote", "missing")}
+    counts["case"] = sum(1 for i in images if i.get("case"))
     return {
         "md_content": new_text, "new_md_path": str(new_md), "images": images,
         "caption_mode": "vision-model" if use_model else "offline",
         "_summary": f"图片 {counts['uploaded']} 张已上传，{counts['missing']} 张缺失，{counts['remote']} 张网络图片未导入"
+                    + (f"（{counts['case']} 张的文件名大小写与引用不同，在区分大小写的服务器上会显示不出来）" if counts["case"] else "")
                     + ("" if use_model else "（未配置视觉模型，使用原有说明文字作为标题）"),
         "_detail": counts,
     }

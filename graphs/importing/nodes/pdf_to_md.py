@@ -1,4 +1,5 @@
-"""node_pdf_to_md: PDF -> Markdown (MinerU API when configured, local parser otherwise)."""
+"""node_pdf_to_md: PDF -> Markdown (MinerU API when configured, local parser otherwise), in a converter
+process of its own."""
 from __future__ import annotations
 
 import shutil
@@ -10,7 +11,7 @@ from graphs.base import emit, graph_node
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.state import ImportGraphState
 from services.errors import PdfConversionError
-from services.pdf_parser import page_count, pdf_to_markdown
+from services.converter_box import pdf_to_markdown
 
 
 @graph_node("import", "node_pdf_to_md", "PDF 转 Markdown", PdfConversionError)
@@ -26,7 +27,6 @@ def node_pdf_to_md(state: ImportGraphState, config: RunnableConfig) -> dict:
         emit({"type": "node_progress", "node": "node_pdf_to_md", "text": text})
 
     # work files are named from the document id: a user's long file name never reaches the disk here
-    md_path = pdf_to_markdown(pdf, out_dir, settings, progress=progress, stem=state["doc_id"])
-    pages = page_count(pdf)
+    md_path, pages = pdf_to_markdown(pdf, out_dir, settings, progress=progress, stem=state["doc_id"])
     backend = "MinerU" if settings.mineru_api_token else "本地解析"
     return {"md_path": str(md_path), "pages": pages, "_summary": f"{backend}：{pages} 页 → {md_path.name}"}

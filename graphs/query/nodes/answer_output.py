@@ -1,8 +1,10 @@
 """node_answer_output: the answer, streamed, with pictures recovered from the sources.
 
-Image URLs come from the local sources the answer was built from (their `url` when it is an
-image, and the Markdown images in their content), never from the model's text (pitfall 14): the
-model's `【图片】` block, its Markdown images and image URLs no source carries are not shown.
+Image URLs come from the local sources the answer cites (their `url` when it is an image, and the
+Markdown images in their content; offline, only those near the quoted lines), never from the
+model's text: the model's `【图片】` block, its Markdown images and image URLs no source carries are
+not shown. `sources` are all the sources the answer was built from, numbered as given; the ones
+its text cites are `cited(answer, sources)`.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from langchain_openai import ChatOpenAI
 
 from graphs.base import emit, graph_node
 from graphs.query.configuration import QueryConfiguration
-from graphs.query.extractive import extractive_answer
+from graphs.query.extractive import cited, extractive_answer
 from graphs.query.state import QueryGraphState
 from services.chat_model import messages
 from services.errors import LLMError
@@ -50,7 +52,7 @@ def format_source(i: int, doc: dict) -> str:
 
 def build_context(docs: list[dict], history: list[dict], budget: int) -> tuple[str, str, int]:
     """(sources, history, number of sources) within one shared character budget: sources first and
-    never cut in the middle; history gets what is left, newest turns kept (pitfall 13)."""
+    never cut in the middle; history gets what is left, newest turns kept (an over-long prompt would lose the sources, not the chat)."""
     used, parts = 0, []
     for i, doc in enumerate(docs, 1):
         block = format_source(i, doc)
@@ -142,14 +144,16 @@ def node_answer_output(state: QueryGraphState, config: RunnableConfig) -> dict:
     prompt = load_prompt("answer_user", context=context or "（无）", history=history,
                          products="、".join(state.get("products") or []), question=state["rewritten_query"])
     llm = cfg.chat_model()
+    sources = sources_of(docs[:n])
     if llm is None:
-        answer, cited = extractive_answer(state["rewritten_query"], docs)
-        urls = image_urls(cited)
+        answer, quotes = extractive_answer(state["rewritten_query"], docs)
+        urls = image_urls([{**q.doc, "content": q.near} for q in quotes])  # those beside the quoted lines
         emit({"type": "delta", "delta": answer})
         how = "摘录式回答（未配置大模型）"
     else:
-        urls = image_urls(docs[:n])  # only pictures of the sources the model was given
-        answer = stream_answer(llm, prompt, set(urls), cfg.settings.llm_timeout_s)
+        # the model may show pictures of any source it was given; the answer keeps its cited ones'
+        answer = stream_answer(llm, prompt, set(image_urls(docs[:n])), cfg.settings.llm_timeout_s)
+        urls = image_urls([docs[s["index"] - 1] for s in cited(answer, sources)])
         how = "大模型流式回答"
-    return {"answer": answer, "prompt": prompt, "image_urls": urls, "sources": sources_of(docs[:n]),
-            "_summary": f"{how}，{len(answer)} 字，{len(urls)} 张图片，引用 {n} 条资料"}
+    return {"answer": answer, "prompt": prompt, "image_urls": urls, "sources": sources,
+            "_summary": f"{how}，{len(answer)} 字，{len(urls)} 张图片，给出 {n} 条资料，引用 {len(cited(answer, sources))} 条"}

@@ -1,8 +1,9 @@
 """node_grade: judge the kept passages and decide: answer, one rewrite, ask back, or say it is not known.
 
-After the one rewrite the better of the two evidence sets is kept (both are scored against the same
-question; the rewritten one only when it supports a better decision); still weak means "not known", never a guess, unless the offline
-score is above the calibrated refusal floor: then the answer comes with a caution.
+After the one rewrite the better of the two evidence sets leads (both are scored against the same
+question; the rewritten one only when it supports a better decision, and then the first set's
+passages stay beside it). Still weak offline is answered with a caution (with OFFLINE_REFUSAL, under
+the calibrated refusal floor it is "not known"); a model's grade that finds no answer says so.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.evidence import (
-    clarify_text, grade_evidence, no_knowledge_text, resolve_route, strength, weak_warning,
+    clarify_text, grade_evidence, keep_found, no_knowledge_text, resolve_route, strength, weak_warning,
 )
 from graphs.query.state import QueryGraphState
 
@@ -38,6 +39,7 @@ def node_grade(state: QueryGraphState, config: RunnableConfig) -> dict:
             out.update(reranked_docs=first["docs"], rerank_info=first["rerank_info"])
         else:
             grade = {**grade, "evidence": "rewritten"}
+            out["reranked_docs"] = keep_found(docs, first["docs"])
         out["grade"] = grade
     caution = weak_warning(grade)
     if caution:

@@ -14,6 +14,7 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.query.calibration import EVIDENCE_MARGIN, EVIDENCE_THRESHOLD
 from graphs.query.configuration import QueryConfiguration
+from graphs.query.planning import compared_versions
 from graphs.query.product_match import CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, names_unknown_model, rank_products
 from graphs.query.retrieval import search_chunks
 from graphs.query.state import QueryGraphState
@@ -54,7 +55,7 @@ def extract_with_llm(cfg: QueryConfiguration, query: str, history: list[dict]) -
 
 
 def vector_scores(cfg: QueryConfiguration, names: list[str]) -> dict[str, float]:
-    """Seed scoring: hybrid search of each extracted name in kb_item_names (only meaningful with
+    """Name scoring: hybrid search of each extracted name in kb_item_names (only meaningful with
     BGE-M3 vectors, whose name-to-name scores separate; offline the lexical match decides)."""
     embedder = cfg.embedder
     if embedder.sparse_mode == "bm25":
@@ -120,6 +121,7 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
     candidates = sorted((n for n, s in scores.items() if CANDIDATE_THRESHOLD <= s <= CONFIRM_THRESHOLD),
                         key=lambda n: -scores[n])[:MAX_CANDIDATES]
     method = "llm+lexical" if extracted else "lexical"
+    confirmed = confirmed or compared_versions(query, candidates)
     if confirmed:
         return {"branch": "confirmed", "products": confirmed, "candidates": [], "rewritten_query": rewritten,
                 "method": method, "scores": scores}
