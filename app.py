@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 import chainlit as cl
 from chainlit.config import config
@@ -16,7 +17,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from api import mount_api
+from api import HeadAsGet, SameOrigin, mount_api
+from api.auth import SignedInOnly
 from graphs.importing import (
     MAX_FILES, accepted_labels, catalog, picker_accept, start_in_app_worker, stop_in_app_workers,
 )
@@ -39,6 +41,9 @@ EXAMPLE_QUESTIONS = [
 MAX_STARTERS = 4
 
 settings = get_settings()
+# uvicorn reads this after loading this module; unset, it trusts loopback as a proxy, so anyone on
+# this host could name any client address in X-Forwarded-For (and so escape the login lock)
+os.environ["FORWARDED_ALLOW_IPS"] = settings.forwarded_allow_ips
 ensure_auth_secret(settings.data_dir)  # before Chainlit checks for it, right after loading this module
 announce_admin_password(settings)
 # The upload caps follow MAX_UPLOAD_MB and the import's set size, in the browser and on the server.
@@ -49,8 +54,9 @@ config.features.spontaneous_file_upload.accept = picker_accept()  # the one list
 # Chainlit's catch-all GET route shadows routes added after it: the image route goes first.
 images_root = local_images_root(settings)
 images_root.mkdir(parents=True, exist_ok=True)
+# Pictures of documents are for signed-in users (the login cookie, or an API key), like the answers they belong to.
 chainlit_app.router.routes.insert(0, Mount(f"{LOCAL_URL_PREFIX}/{IMAGES_PREFIX}",
-                                           app=StaticFiles(directory=images_root), name="kb-images"))
+                                           app=SignedInOnly(StaticFiles(directory=images_root)), name="kb-images"))
 mount_api(chainlit_app)
 attachments.refuse_empty_attachments(chainlit_app)
 # Chainlit allows every origin, with credentials: only the origins set in CORS_ORIGINS may call from other sites.
@@ -59,6 +65,8 @@ chainlit_app.user_middleware[:] = [
                                    "allow_credentials": bool(settings.cors_origins)})
     if m.cls is CORSMiddleware else m for m in chainlit_app.user_middleware]
 chainlit_app.add_middleware(LoginAddress)
+chainlit_app.add_middleware(SameOrigin)  # the chat socket and cookie-authenticated changes: this origin only
+chainlit_app.add_middleware(HeadAsGet)
 mount_translations(chainlit_app)
 
 
@@ -111,7 +119,7 @@ async def starters(user: cl.User | None = None) -> list[cl.Starter]:
 
 @cl.on_chat_start
 async def start() -> None:
-    cl.user_session.set("session_id", cl.context.session.thread_id)
+    await chat.bind_conversation()
     await chat.settings_widgets(chat.chat_settings()).send()
     await cl.context.emitter.set_commands(knowledge.COMMANDS)
 
@@ -119,7 +127,7 @@ async def start() -> None:
 @cl.on_chat_resume
 async def resume(thread: dict) -> None:
     # the thread id is the query graph's session id: follow-ups ("它") see this conversation's history
-    cl.user_session.set("session_id", thread["id"])
+    await chat.bind_conversation()
     await chat.settings_widgets(chat.chat_settings()).send()
     await cl.context.emitter.set_commands(knowledge.COMMANDS)
     await sources.restore_source_actions(thread)

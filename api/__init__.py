@@ -10,11 +10,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.catalog import router as catalog_router
+from api.middleware import HeadAsGet, SameOrigin
 from api.routes import ApiRuntime, fallback, router
 from graphs.importing import start_in_app_worker, stop_in_app_workers
 from services.settings import get_settings
 
-__all__ = ["create_app", "mount_api"]
+__all__ = ["HeadAsGet", "SameOrigin", "create_app", "mount_api"]
 
 
 def mount_api(app: FastAPI) -> None:
@@ -44,4 +45,6 @@ def create_app() -> FastAPI:
     app = FastAPI(title="掌柜智库 API", version="0.1.0", lifespan=lifespan,
                   description="产品说明书知识库：上传说明书、查询导入进度、提问（含 SSE 流式）、会话历史、健康检查。")
     mount_api(app)
+    app.add_middleware(SameOrigin)
+    app.add_middleware(HeadAsGet)
     return app

@@ -10,6 +10,8 @@ import os
 import jwt
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.accounts import ROLES, Identity, key_identity
 from services.settings import get_settings
@@ -75,3 +77,20 @@ def require_editor(user: Identity = Depends(current_user)) -> Identity:
     if not user.can_edit:
         raise HTTPException(403, f"用户“{user.name}”是只读角色：只有管理员或编辑可以修改知识库")
     return user
+
+
+class SignedInOnly:
+    """ASGI wrapper: `app` answers only requests `current_user` accepts (the others get its 401)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            request = Request(scope)
+            try:
+                current_user(request, await bearer(request))
+            except HTTPException as exc:
+                refusal = JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+                return await refusal(scope, receive, send)
+        await self.app(scope, receive, send)

@@ -88,9 +88,10 @@ def upload(user: Editor, files: Annotated[list[UploadFile], File(description="�
 
 @protected.get("/status/{task_id}", response_model=TaskStatus, responses={404: {"model": ErrorBody}},
                summary="导入任务进度")
-def task_status(task_id: Annotated[str, Path(max_length=64)]):
+def task_status(task_id: Annotated[str, Path(max_length=64)], user: User):
     task = storage(lambda: get_task_store().get(task_id))
-    if task is None:
+    # another user's task is as unknown as one that never was: its file and uploader stay private
+    if task is None or (task.get("by") != user.name and user.role != "admin"):
         raise HTTPException(404, f"导入任务不存在：{task_id}")
     result = task.get("result") or {}
     return {**task, "error": task.get("error") or None, "product": result.get("product"),

@@ -219,7 +219,8 @@ class QueryRuns:
 
     async def _run(self, channel: Channel, query: str, product: str | None) -> None:
         try:
-            async for event in astream_query(query, session_id=channel.session_id, product=product):
+            async for event in astream_query(query, session_id=channel.session_id, product=product,
+                                             owner=channel.owner):
                 channel.on_runner_event(event)
         except asyncio.CancelledError:
             channel.publish("error", {"error": "服务正在关闭，回答已中止", "node": ""})

@@ -184,7 +184,10 @@ def wait_tasks(client: httpx.Client, task_ids: list[str], deadline: float) -> li
 
 def sse_messages(response: httpx.Response):
     """(id, name, data) of each event of /api/stream, read with httpx-sse (an event's id is the last
-    one the stream gave, as a browser would send it back on reconnect)."""
+    one the stream gave, as a browser would send it back on reconnect). A 204 is the API saying that
+    nothing came after Last-Event-ID: no events."""
+    if response.status_code == 204:
+        return
     for event in EventSource(response).iter_sse():
         yield (int(event.id) if event.id else None), event.event, event.json()
 

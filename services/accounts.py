@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from services.settings import Settings
@@ -123,20 +124,28 @@ def _read_hash(path: Path) -> str:
         return ""
 
 
+@lru_cache(maxsize=1)
+def _dummy_hash() -> str:
+    """A hash no password matches, for the paths that have no hash of their own to check."""
+    return hash_secret(secrets.token_urlsafe(GENERATED_PASSWORD_BYTES))
+
+
 def password_identity(settings: Settings, name: str, password: str) -> Identity | None:
     """The user whose password this is, or None. AUTH_USERS entries come first; `admin` falls back
-    to ADMIN_PASSWORD, then to the generated hash."""
+    to ADMIN_PASSWORD, then to the generated hash. Every path runs one scrypt check, so how long
+    a wrong password takes does not say whether the name exists or how its password is kept."""
     name = (name or "").strip()
+    given = (password or "").encode("utf-8")
+    plain, stored, identity = None, "", None
     for user, secret, role in parse_credentials(settings.auth_users, "AUTH_USERS"):
         if user == name:
-            ok = hmac.compare_digest(secret.encode("utf-8"), (password or "").encode("utf-8"))
-            return Identity(user, role) if ok else None
-    if name != ADMIN_NAME:
-        hash_secret(password or "")  # the same work on every path: timing does not say who exists
-        return None
-    if settings.admin_password:
-        ok = hmac.compare_digest(settings.admin_password.encode("utf-8"), (password or "").encode("utf-8"))
+            plain, identity = secret, Identity(user, role)
+            break
     else:
-        stored = _read_hash(settings.data_dir / ADMIN_HASH_FILE)
-        ok = bool(stored) and verify_secret(password, stored)
-    return Identity(ADMIN_NAME, "admin") if ok else None
+        if name == ADMIN_NAME:
+            identity = Identity(ADMIN_NAME, "admin")
+            plain = settings.admin_password or None
+            stored = "" if plain else _read_hash(settings.data_dir / ADMIN_HASH_FILE)
+    hashed_ok = verify_secret(password, stored or _dummy_hash())
+    ok = hmac.compare_digest(plain.encode("utf-8"), given) if plain is not None else bool(stored) and hashed_ok
+    return identity if identity is not None and ok else None

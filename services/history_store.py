@@ -240,15 +240,23 @@ class HistoryStore:
         return (doc or {}).get("owner")
 
     def claim(self, session_id: str, owner: str) -> bool:
-        """Give an unowned session to `owner`; True when it is (now or already) theirs. Ownership is
-        never released, so a deleted conversation's id can not be taken over by someone else."""
+        """Give an unowned session to `owner`; True when it is (now or already) theirs. The session
+        id is the owner record's `_id`, so of two claims at once (any process, any backend) exactly
+        one inserts it. Ownership is never released, so a deleted conversation's id can not be
+        taken over by someone else."""
+        from montydb.errors import DuplicateKeyError as MontyDuplicate
+        from pymongo.errors import DuplicateKeyError
+
         if not session_id or not owner:
             raise ValidationError("会话ID和用户不能为空")
         with self.db.collection(OWNERS_COLLECTION, "保存会话归属", indexes=[[("session_id", 1)]]) as owners:
-            owners.update_one({"session_id": session_id},
-                              {"$setOnInsert": {"session_id": session_id, "owner": owner, "ts": now_ts()}},
-                              upsert=True)
             doc = owners.find_one({"session_id": session_id})
+            if doc is None:
+                try:
+                    owners.insert_one({"_id": session_id, "session_id": session_id, "owner": owner, "ts": now_ts()})
+                except (DuplicateKeyError, MontyDuplicate):  # the other claim came first
+                    pass
+                doc = owners.find_one({"session_id": session_id})
         return (doc or {}).get("owner") == owner
 
     def delete_session(self, session_id: str) -> int:

@@ -1,6 +1,10 @@
 """Failed logins per user name and per address: each failure waits longer (the delay doubles), and
 `max_failures` in a row lock that name or address for `lock_s`, right password or not.
 
+Every attempt counts as a failure *before* its password is checked, in one atomic step: N guesses
+sent at once count N, so a burst gets `max_failures` of them checked and the rest refused, whatever
+they hold. A right password then takes its attempt back (`succeeded`).
+
 In one process the counts live in memory; with `REDIS_URL` every replica counts in Redis, so an
 attacker gains nothing by spreading guesses over replicas.
 """
@@ -30,7 +34,10 @@ class _Failures:
 
 
 class LoginThrottle:
-    """The rule and its limits; where the counts live is the subclass's."""
+    """The rule and its limits; where the counts live is the subclass's.
+
+    One login is `attempt()` (refused when it returns more than 0), the password check, then
+    `failed()` or `succeeded()`."""
 
     def __init__(self, max_failures: int = 5, lock_s: float = 300.0, delay_s: float = 0.5):
         self.max_failures, self.lock_s, self.delay_s = max_failures, lock_s, delay_s
@@ -43,11 +50,18 @@ class LoginThrottle:
         """Seconds the name or the address stays locked (0 when neither is)."""
         raise NotImplementedError
 
-    def failed(self, name: str, address: str) -> float:
-        """Record a failure; the delay to wait before answering."""
+    def attempt(self, name: str, address: str) -> float:
+        """Count this attempt as a failure, atomically; the seconds the name or address is locked
+        (then the password must not be checked), 0 when it may be."""
         raise NotImplementedError
 
-    def succeeded(self, name: str) -> None:
+    def failed(self, name: str, address: str) -> float:
+        """The attempt's password was wrong: a run that reached `max_failures` locks; the delay to
+        wait before answering."""
+        raise NotImplementedError
+
+    def succeeded(self, name: str, address: str) -> None:
+        """The attempt's password was right: it was no failure of the address, and the name's run ends."""
         raise NotImplementedError
 
 
@@ -61,39 +75,103 @@ class MemoryLoginThrottle(LoginThrottle):
         self._seen: dict[str, _Failures] = {}
         self._lock = threading.Lock()
 
+    def _wait(self, keys: list[str], now: float) -> float:
+        return max([self._seen[k].locked_until - now for k in keys if k in self._seen] + [0.0])
+
     def locked(self, name: str, address: str) -> float:
-        now = self.clock()
         with self._lock:
-            return max([self._seen[k].locked_until - now for k in throttle_keys(name, address) if k in self._seen]
-                       + [0.0])
+            return self._wait(throttle_keys(name, address), self.clock())
+
+    def attempt(self, name: str, address: str) -> float:
+        now, keys = self.clock(), throttle_keys(name, address)
+        with self._lock:
+            wait = self._wait(keys, now)
+            if wait > 0:
+                return wait
+            for key in keys:
+                entry = self._seen.setdefault(key, _Failures())
+                if now - entry.last > self.lock_s:  # an old run of failures is forgotten
+                    entry.count = 0
+                entry.count, entry.last = entry.count + 1, now
+                if entry.count > self.max_failures:  # more guesses in flight than the rule allows
+                    entry.count, entry.locked_until = 0, now + self.lock_s
+                    wait = self.lock_s
+            return wait
 
     def failed(self, name: str, address: str) -> float:
         now, delay = self.clock(), 0.0
         with self._lock:
             for key in throttle_keys(name, address):
                 entry = self._seen.setdefault(key, _Failures())
-                if now - entry.last > self.lock_s:  # an old run of failures is forgotten
-                    entry.count = 0
-                entry.count, entry.last = entry.count + 1, now
                 if entry.count >= self.max_failures:
                     entry.count, entry.locked_until = 0, now + self.lock_s
                 delay = max(delay, self.delay(entry.count))
         return delay
 
-    def succeeded(self, name: str) -> None:
+    def succeeded(self, name: str, address: str) -> None:
+        keys = throttle_keys(name, address)
         with self._lock:
-            self._seen.pop(throttle_keys(name, "")[0], None)
+            for i, key in enumerate(keys):
+                if key in self._seen:
+                    entry = self._seen[key]
+                    entry.count = 0 if i == 0 else max(0, entry.count - 1)
+
+
+# KEYS: lock and count key of each throttled key, in pairs; ARGV: max_failures, lock_ms.
+# Returns the milliseconds a lock still holds (0: the attempt was counted and may be checked).
+_ATTEMPT = """
+local wait = 0
+for i = 1, #KEYS, 2 do
+  local ttl = redis.call('PTTL', KEYS[i])
+  if ttl > wait then wait = ttl end
+end
+if wait > 0 then return wait end
+for i = 1, #KEYS, 2 do
+  local n = redis.call('INCR', KEYS[i + 1])
+  redis.call('PEXPIRE', KEYS[i + 1], ARGV[2])
+  if n > tonumber(ARGV[1]) then
+    redis.call('SET', KEYS[i], 1, 'PX', ARGV[2])
+    redis.call('DEL', KEYS[i + 1])
+    wait = tonumber(ARGV[2])
+  end
+end
+return wait
+"""
+# Same KEYS and ARGV: a run that reached max_failures locks; returns each key's count left.
+_FAILED = """
+local counts = {}
+for i = 1, #KEYS, 2 do
+  local n = tonumber(redis.call('GET', KEYS[i + 1]) or '0')
+  if n >= tonumber(ARGV[1]) then
+    redis.call('SET', KEYS[i], 1, 'PX', ARGV[2])
+    redis.call('DEL', KEYS[i + 1])
+    n = 0
+  end
+  counts[#counts + 1] = n
+end
+return counts
+"""
+# KEYS: the name's count, then (optionally) the address's count.
+_SUCCEEDED = """
+redis.call('DEL', KEYS[1])
+if KEYS[2] and tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then redis.call('DECR', KEYS[2]) end
+return 1
+"""
 
 
 class RedisLoginThrottle(LoginThrottle):
     """The same rule with the counts in Redis: a run of failures is a counter that expires `lock_s`
-    after the last failure, a lock is a key that expires when the lock ends."""
+    after the last attempt, a lock is a key that expires when the lock ends. Each step is one Lua
+    script, so replicas counting at the same moment never lose a count."""
 
     def __init__(self, url: str, max_failures: int = 5, lock_s: float = 300.0, delay_s: float = 0.5):
         import redis
 
         super().__init__(max_failures, lock_s, delay_s)
         self._redis = redis.Redis.from_url(url, decode_responses=True, socket_timeout=5)
+        self._attempt = self._redis.register_script(_ATTEMPT)
+        self._failed = self._redis.register_script(_FAILED)
+        self._succeeded = self._redis.register_script(_SUCCEEDED)
 
     def _call(self, fn: Callable):
         from redis.exceptions import RedisError
@@ -103,31 +181,27 @@ class RedisLoginThrottle(LoginThrottle):
         except (RedisError, OSError) as exc:
             raise StorageError(f"登录限制无法经 Redis 记录：{exc}", cause=exc) from exc
 
+    def _pairs(self, name: str, address: str) -> list[str]:
+        return [f"{PREFIX}{kind}:{key}" for key in throttle_keys(name, address) for kind in ("lock", "count")]
+
+    @property
+    def _limits(self) -> list[int]:
+        return [self.max_failures, max(1, int(self.lock_s * 1000))]
+
     def locked(self, name: str, address: str) -> float:
         ttls = self._call(lambda: [self._redis.pttl(f"{PREFIX}lock:{k}") for k in throttle_keys(name, address)])
         return max([t / 1000 for t in ttls if t > 0] + [0.0])
 
+    def attempt(self, name: str, address: str) -> float:
+        return int(self._call(lambda: self._attempt(keys=self._pairs(name, address), args=self._limits))) / 1000
+
     def failed(self, name: str, address: str) -> float:
-        lock_ms, delay = max(1, int(self.lock_s * 1000)), 0.0
-        for key in throttle_keys(name, address):
-            count_key = f"{PREFIX}count:{key}"
+        counts = self._call(lambda: self._failed(keys=self._pairs(name, address), args=self._limits))
+        return max(self.delay(int(n)) for n in counts)
 
-            def count() -> int:
-                with self._redis.pipeline(transaction=True) as pipe:
-                    pipe.incr(count_key)
-                    pipe.pexpire(count_key, lock_ms)
-                    return int(pipe.execute()[0])
-
-            n = self._call(count)
-            if n >= self.max_failures:
-                self._call(lambda: self._redis.pipeline(transaction=True)
-                           .set(f"{PREFIX}lock:{key}", 1, px=lock_ms).delete(count_key).execute())
-                n = 0
-            delay = max(delay, self.delay(n))
-        return delay
-
-    def succeeded(self, name: str) -> None:
-        self._call(lambda: self._redis.delete(f"{PREFIX}count:{throttle_keys(name, '')[0]}"))
+    def succeeded(self, name: str, address: str) -> None:
+        keys = [f"{PREFIX}count:{k}" for k in throttle_keys(name, address)]
+        self._call(lambda: self._succeeded(keys=keys))
 
 
 _throttles: dict[tuple, LoginThrottle] = {}

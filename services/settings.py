@@ -86,6 +86,7 @@ class Settings(BaseSettings):
     api_auth: bool = True
     api_keys: str = ""
     cors_origins: CommaList = ()
+    forwarded_allow_ips: str = ""   # proxies whose X-Forwarded-For / -Proto are believed; none by default
     auth_users: str = ""
     admin_password: str = ""
     login_max_failures: int = 5

@@ -125,6 +125,15 @@ def ask_stream(client: httpx.Client, query: str, **fields) -> tuple[str, list[Ss
     return session_id, read_sse(client, session_id)
 
 
+def raw_multipart(*items: tuple[str, bytes]) -> tuple[bytes, dict]:
+    """A multipart body with the file names exactly as given (httpx would percent-escape a NUL)."""
+    boundary = b"zgzk-test-boundary"
+    body = b"".join(b"--" + boundary + b'\r\nContent-Disposition: form-data; name="files"; filename="'
+                    + name.encode("utf-8") + b'"\r\nContent-Type: text/markdown\r\n\r\n' + data + b"\r\n"
+                    for name, data in items)
+    return body + b"--" + boundary + b"--\r\n", {"Content-Type": f"multipart/form-data; boundary={boundary.decode()}"}
+
+
 def wait_task(client: httpx.Client, task_id: str, timeout: float = 180) -> dict:
     """Poll GET /api/status/{task_id} until the import ends."""
     deadline = time.monotonic() + timeout

@@ -18,7 +18,8 @@ for _var in ("OPENAI_API_KEY", "MINERU_API_TOKEN", "MILVUS_URL", "MONGO_URL", "M
     os.environ[_var] = ""
 # API users of the suite: `tester` is the one the `api` client speaks as (see api_fixtures.py)
 API_USERS = {"tester": ("tester-key-0001", "editor"), "alice": ("alice-key-0001", "editor"),
-             "bob": ("bob-key-0001", "editor"), "rita": ("rita-key-0001", "reader")}
+             "bob": ("bob-key-0001", "editor"), "rita": ("rita-key-0001", "reader"),
+             "root": ("root-key-0001", "admin")}
 os.environ["API_KEYS"] = ",".join(f"{name}:{key}:{role}" for name, (key, role) in API_USERS.items())
 
 import pytest  # noqa: E402

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from api import health as api_health, mount_api, runs as api_runs
 from api_fixtures import (  # noqa: F401 (fixtures)
-    ApiServer, api, api_client, api_server, ask_stream, iter_sse, model, question_of, read_sse, wait_task,
+    ApiServer, api, api_client, api_server, ask_stream, iter_sse, model, question_of, raw_multipart, read_sse, wait_task,
 )
 from api.runs import QueryRuns
 from conftest import CORPUS_DOCS
@@ -296,20 +296,11 @@ def _files(*items: tuple[str, bytes]) -> list:
     return [("files", (name, data, "application/octet-stream")) for name, data in items]
 
 
-def _raw_multipart(*items: tuple[str, bytes]) -> tuple[bytes, dict]:
-    """A multipart body with the file names exactly as given (httpx would percent-escape a NUL)."""
-    boundary = b"zgzk-test-boundary"
-    body = b"".join(b"--" + boundary + b'\r\nContent-Disposition: form-data; name="files"; filename="'
-                    + name.encode("utf-8") + b'"\r\nContent-Type: text/markdown\r\n\r\n' + data + b"\r\n"
-                    for name, data in items)
-    return body + b"--" + boundary + b"--\r\n", {"Content-Type": f"multipart/form-data; boundary={boundary.decode()}"}
-
-
 def test_upload_imports_in_background_and_status_survives_a_restart(api, env, tmp_path):
     settings = env(DATA_DIR=str(tmp_path / "data"))
     hostile = ["../../../escape.md", "C:\\Users\\x\\..\\win.md", "/etc/na\x00me.md"]
     contents = [DUO_MD.read_bytes(), DUOS_MD.read_bytes(), DUO_MD.read_bytes().replace(b"Duo", b"Duo Mini")]
-    body, headers = _raw_multipart(*zip(hostile, contents))
+    body, headers = raw_multipart(*zip(hostile, contents))
     reply = api.post("/api/upload", content=body, headers=headers)
     assert reply.status_code == 200, reply.text
     task_ids = reply.json()["task_ids"]

@@ -20,7 +20,7 @@ from api import health as api_health, routes as api_routes
 from api_fixtures import (  # noqa: F401 (fixtures)
     ANSWER, api, api_server, ask_stream, model, wait_task,
 )
-from conftest import CORPUS_DOCS, ROOT
+from conftest import CORPUS_DOCS, ROOT, auth_header
 from graphs.importing import hand_on_expired, jobs as import_jobs
 from services.errors import StorageError
 from services.history_store import HistoryStore
@@ -199,7 +199,8 @@ def test_import_killed_midway_shows_failed_and_a_rerun_matches_a_clean_import(ap
     time.sleep(CLI_LEASE_S + 0.2)
     assert hand_on_expired(settings) == 1  # nobody renewed it: a CLI task has no job to rerun, it fails
     assert hand_on_expired(settings) == 0
-    status = api.get(f"/api/status/{task['task_id']}").json()
+    # a task started on the server itself (the CLI) has no uploader: an admin reads it
+    status = api.get(f"/api/status/{task['task_id']}", headers=auth_header("root")).json()
     assert (status["status"], status["error"], status["running_list"]) == (FAILED, INTERRUPTED_ERROR, [])
     assert status["chunks"] is None
 

@@ -10,8 +10,9 @@ import httpx
 import jwt
 import pytest
 
-from api_fixtures import api, api_client, api_server, model, read_sse, wait_task  # noqa: F401 (fixtures)
+from api_fixtures import api, api_client, api_server, model, raw_multipart, read_sse, wait_task  # noqa: F401 (fixtures)
 from bench.load import sse_messages
+from conftest import auth_header
 from services.history_store import get_history_store
 from services.task_store import get_task_store
 
@@ -76,6 +77,30 @@ def test_an_upload_records_who_made_it(api, env, tmp_path):
     assert reply.status_code == 200, reply.text
     status = wait_task(api, reply.json()["task_ids"][0])
     assert status["by"] == "tester" and get_task_store().get(status["task_id"])["by"] == "tester"
+
+
+def test_an_import_task_s_status_is_for_its_uploader_and_admins(api_server, env, tmp_path):
+    env(DATA_DIR=str(tmp_path / "data"))
+    with api_client(api_server.base_url, "alice") as alice, api_client(api_server.base_url, "bob") as bob:
+        reply = alice.post("/api/upload", files=[("files", ("alice-only.md", "# 私有\n\n正文。".encode(), "text/markdown"))])
+        task_id = reply.json()["task_ids"][0]
+        assert wait_task(alice, task_id)["by"] == "alice"
+        stranger = bob.get(f"/api/status/{task_id}")
+        assert stranger.status_code == 404 and stranger.json()["error"] == f"导入任务不存在：{task_id}"
+        assert "alice" not in stranger.text and bob.get("/api/status/never-was").json()["error"] == "导入任务不存在：never-was"
+        root = bob.get(f"/api/status/{task_id}", headers=auth_header("root"))  # an admin sees every task
+        assert root.status_code == 200 and root.json()["file_name"] == "alice-only.md"
+
+
+def test_file_names_are_shown_without_control_or_bidi_characters(api, env, tmp_path):
+    env(DATA_DIR=str(tmp_path / "data"))
+    names = ["手册\x00附录.md", "invoice\u202egpj.md", "\u2067星海\u2069 R1\u200d 路由器.md"]
+    body, headers = raw_multipart(*((n, f"# 标题 {i}\n\n星海 R{i} 路由器正文。".encode()) for i, n in enumerate(names)))
+    reply = api.post("/api/upload", content=body, headers=headers)
+    assert reply.status_code == 200, reply.text
+    assert [wait_task(api, t)["status"] for t in reply.json()["task_ids"]] == ["completed"] * len(names)
+    shown = sorted(d["file_name"] for d in api.get("/api/documents").json())
+    assert shown == sorted(["手册附录.md", "invoicegpj.md", "星海 R1 路由器.md"]), shown
 
 
 def _chat_token(name: str, role: str, secret: str, exp_s: float = 3600) -> str:

@@ -30,7 +30,7 @@ import app
 import chainlit as cl
 import services.pdf_parser as pdf_parser
 from bench.cluster import free_port
-from conftest import CORPUS_DOCS
+from conftest import CORPUS_DOCS, auth_header
 from fakes.mineru_server import FakeMinerU
 from graphs.importing import MAX_FILES, stop_in_app_workers
 from graphs.importing.runner import run_import
@@ -238,12 +238,13 @@ async def test_confirmed_answer_has_a_step_per_node_images_and_sources(product_o
     assert len({c["label"] for c in chips}) == len(chips)  # no two read alike
     assert reply["metadata"]["sources"] == [c["payload"] for c in chips]  # kept for a resumed thread
 
-    # the pictures load from the app's own image route, inserted before Chainlit's catch-all
+    # the pictures load from the app's own image route, inserted before Chainlit's catch-all, for signed-in users
     transport = httpx.ASGITransport(app=app.chainlit_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://app", headers=auth_header()) as client:
         for image in images:
             res = await client.get(image["url"])
             assert res.status_code == 200 and res.headers["content-type"].startswith("image/"), image["url"]
+            assert (await client.get(image["url"], headers={"Authorization": ""})).status_code == 401
         assert (await client.get("/kb-files/upload-images/no-such-doc/none.png")).status_code == 404
 
 
@@ -864,6 +865,30 @@ async def test_resumed_thread_answers_a_follow_up_with_it(product_of):
     await later.send("它有几个 USB 接口？")
     confirm = next(st["output"] for st in later.node_steps() if st["name"] == "产品确认")
     assert f"已确认：{product_of['duos']}" in confirm and "判定方式：`history`" in confirm
+
+
+async def test_a_chat_opened_with_another_users_session_id_gets_a_new_conversation(own_data):
+    history = get_history_store()
+    taken = uuid.uuid4().hex  # alice's API session, named by a browser as the thread to open
+    assert history.claim(taken, "alice")
+    history.add_message(taken, "user", "Alice 的问题")
+    history.add_message(taken, "assistant", "Alice 的回答")
+    before = history.recent(taken, 10)
+    bob = Session(thread_id=taken, user="bob")
+    await bob.start()
+    fresh = bob.session.thread_id
+    assert fresh != taken and len(fresh) == 36 and bob.session.thread_id_to_resume is None
+    await bob.send("这个产品怎么用？")
+    assert bob.replies(), "bob got no answer"
+    assert history.recent(taken, 10) == before  # nothing read into or added to alice's conversation
+    assert [m["text"] for m in history.recent(fresh, 10)][0] == "这个产品怎么用？"
+    assert history.owner(fresh) == "bob" and history.owner(taken) == "alice"
+    resumed = Session(thread_id=taken, user="bob")  # the same through a resume
+    await resumed.run(config.code.on_chat_resume, {"id": taken, "name": "x", "steps": [], "metadata": {}})
+    assert resumed.session.thread_id not in (taken, fresh)
+    alice = Session(thread_id=taken, user="alice")  # its owner keeps it
+    await alice.start()
+    assert alice.session.thread_id == taken
 
 
 def test_upload_settings_take_manuals_only_up_to_the_cap():

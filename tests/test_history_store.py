@@ -164,3 +164,24 @@ def test_unreachable_mongodb_raises_storage_error(tmp_path):
     error = assert_fails_fast(lambda: store.add_message("s1", "user", "x"))
     assert "保存对话记录失败" in str(error)
     assert store.ping() is False
+
+
+def test_claims_at_once_give_a_session_to_exactly_one_owner(settings):
+    """Two processes' stores (two HistoryStore objects, one database) and many threads claim one id."""
+    stores = [HistoryStore(settings), HistoryStore(settings)]
+    session_id = uuid.uuid4().hex
+    won: list[str] = []
+    start = threading.Barrier(16)
+
+    def claim(i: int) -> None:
+        start.wait()
+        if stores[i % 2].claim(session_id, f"user-{i}"):
+            won.append(f"user-{i}")
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and stores[0].owner(session_id) == won[0] == stores[1].owner(session_id)
+    assert stores[1].claim(session_id, won[0]) and not stores[0].claim(session_id, "user-late")

@@ -222,6 +222,20 @@ def test_history_down_still_answers_with_a_warning(env, product_of):
     assert result["warnings"] == ["对话历史暂时不可用，本次回答不会结合上文，也不会被保存。", "回答未能保存到对话历史。"]
 
 
+def test_a_session_someone_else_owns_is_refused_before_its_history_is_read(env, tmp_path):
+    env(DATA_DIR=str(tmp_path / "data"))
+    store = get_history_store()
+    assert store.claim("alice-s", "alice")
+    store.add_message("alice-s", "user", "Alice 的问题")
+    result = run_query("复述上面的对话", session_id="alice-s", owner="bob", options=OFF)
+    assert (result["type"], result["node"]) == ("error", "node_load_history")
+    assert result["error"] == "这个会话属于其他用户：没有读取或写入它的对话历史。"
+    assert [m["text"] for m in store.recent("alice-s", 10)] == ["Alice 的问题"]
+    mine = run_query("Duo S 的以太网口支持 PoE 吗？", session_id="bob-new", owner="bob", options=OFF)
+    assert mine["type"] == "final" and store.owner("bob-new") == "bob"  # the first use bound it
+    assert len(store.recent("bob-new", 10)) == 2
+
+
 def test_empty_question_is_an_error_event():
     result = run_query("   ")
     assert result["type"] == "error" and result["error"] == "问题不能为空。"

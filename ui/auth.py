@@ -47,12 +47,12 @@ async def check_login(settings: Settings, name: str, password: str, address: str
     """The user, or None for a wrong password or a locked name/address (the reason goes to the log,
     not to the browser: a stranger learns nothing about which names exist)."""
     throttle = get_login_throttle(settings)
-    try:
-        wait = await asyncio.to_thread(throttle.locked, name, address)
+    try:  # counted before the password is checked: guesses sent at once are all counted
+        wait = await asyncio.to_thread(throttle.attempt, name, address)
     except StorageError as exc:  # Redis down: this process still counts, logins still work
         log.warning("shared login throttle unavailable, counting in this process: %s", exc)
         throttle = get_login_throttle(settings.replace(redis_url=""))
-        wait = throttle.locked(name, address)
+        wait = throttle.attempt(name, address)
     if wait > 0:
         log.warning("login refused: %r from %s is locked for %.0f s more", name[:40], address or "?", wait)
         return None
@@ -62,7 +62,7 @@ async def check_login(settings: Settings, name: str, password: str, address: str
         log.warning("login failed for %r from %s", name[:40], address or "?")
         await asyncio.sleep(delay)
         return None
-    await asyncio.to_thread(throttle.succeeded, name)
+    await asyncio.to_thread(throttle.succeeded, name, address)
     return identity
 
 

@@ -1,16 +1,25 @@
 """Answering in the chat: query-graph events become Chainlit steps, a streamed reply and its elements."""
 from __future__ import annotations
 
+import asyncio
+import logging
+import uuid
+
 import chainlit as cl
 from chainlit.context import context
 from chainlit.input_widget import Switch
 from chainlit.utils import utc_now
 
 from graphs.query import FinalEvent, answer_of, astream_query, cited, rank_products
+from services.errors import StorageError
+from services.history_store import get_history_store
 from services.settings import get_settings
+from ui.auth import chat_user
 from ui.background import drop_buttons, keep_buttons
 from ui.format import STEP_TYPES, sources_line, step_output, sub_question_output
 from ui.sources import chip_payloads, source_actions
+
+log = logging.getLogger("ui.chat")
 
 CHOOSE_PRODUCT = "choose_product"
 MAX_PRODUCT_BUTTONS = 8
@@ -23,6 +32,24 @@ UNAVAILABLE = {"web_search": "未配置联网搜索服务（MCP_DASHSCOPE_BASE_U
 def session_id() -> str:
     """The query graph's session id: the Chainlit thread id, so a resumed thread keeps its history."""
     return cl.user_session.get("session_id") or context.session.thread_id
+
+
+async def bind_conversation() -> None:
+    """Make this chat session's thread id the user's conversation before anything is written under
+    it: the first use claims it; an id someone else owns (a thread id the browser chose, naming
+    another user's API session) gets a fresh conversation instead, with a new unguessable id (the
+    first question claims that one)."""
+    session, user = context.session, chat_user().name
+    thread_id = session.thread_id
+    try:
+        owned = await asyncio.to_thread(get_history_store().claim, thread_id, user)
+    except StorageError as exc:  # unprovable: a fresh random id belongs to nobody else
+        log.warning("could not bind conversation %s to %r: %s", thread_id, user, exc)
+        owned = False
+    if not owned:
+        log.warning("conversation %s is not %r's: a new conversation is started", thread_id, user)
+        session.thread_id, session.thread_id_to_resume = str(uuid.uuid4()), None
+    cl.user_session.set("session_id", session.thread_id)
 
 
 def available() -> dict[str, bool]:
@@ -179,7 +206,7 @@ async def answer(question: str, product: str | None = None) -> None:
     """Run the query graph for one question of this session, showing it as it runs."""
     settings = chat_settings()
     view = AnswerView(bool(settings["show_sources"]))
-    async for event in astream_query(question, session_id=session_id(), product=product,
+    async for event in astream_query(question, session_id=session_id(), product=product, owner=chat_user().name,
                                      options={"web_search": bool(settings["web_search"]),
                                               "hyde": bool(settings["hyde"])}):
         await view.on_event(event)

@@ -105,6 +105,13 @@ def safe_filename(raw: str | None) -> str:
     return f"{stem}.{suffix}" if suffix else stem
 
 
+def display_filename(raw: str | None, safe: str) -> str:
+    """The name the user gave a file, as it is shown: no NUL, control or bidi characters (a
+    right-to-left override makes one name look like another); `safe` when nothing else is left."""
+    shown = " ".join("".join(ch for ch in (raw or "") if unicodedata.category(ch)[0] != "C").split())
+    return shown or safe
+
+
 @dataclass(frozen=True)
 class StagedFile:
     """An uploaded file kept for import. Its identity is its name and content: the same file uploaded
@@ -205,7 +212,7 @@ def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) 
             task_id = uuid.uuid4().hex
             folder = settings.data_dir / "uploads" / day / task_id
             name = safe_filename(raw_name)
-            display = (raw_name or name).strip() or name
+            display = display_filename(raw_name, name)
             archive = is_archive(name)
             # an archive arrives beside the folder it is unpacked into
             target = _target(folder.parent, f"{task_id}-{name}") if archive else _target(folder, name)

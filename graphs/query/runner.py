@@ -24,9 +24,11 @@ SUMMARY_KEYS = ("session_id", "original_query", "rewritten_query", "branch", "pr
 
 
 def initial_state(query: str, session_id: str | None = None, product: str | None = None,
-                  options: dict | None = None, is_stream: bool = True) -> dict:
+                  options: dict | None = None, is_stream: bool = True, owner: str = "") -> dict:
     state = {"session_id": session_id or uuid.uuid4().hex, "original_query": query, "is_stream": is_stream,
              "options": {"web_search": True, "hyde": True, **(options or {})}}
+    if owner:
+        state["owner"] = owner
     if product:
         state["pinned_product"] = product
     return state
@@ -50,10 +52,12 @@ def error_event(exc: Exception, session_id: str) -> ErrorEvent:
 
 
 async def astream_query(query: str, *, session_id: str | None = None, product: str | None = None,
-                        options: dict | None = None, config: RunnableConfig | None = None) -> AsyncIterator[Event]:
+                        options: dict | None = None, config: RunnableConfig | None = None,
+                        owner: str = "") -> AsyncIterator[Event]:
     """Progress and answer events, ending with one `final` or one `error` event. `config` carries the
-    graph's configuration (`{"configurable": {"settings": ..., "reranker": ...}}`, see configuration.py)."""
-    state = initial_state(query, session_id, product, options)
+    graph's configuration (`{"configurable": {"settings": ..., "reranker": ...}}`, see configuration.py).
+    `owner`: the user asking; a session someone else owns is refused before its history is read."""
+    state = initial_state(query, session_id, product, options, owner=owner)
     started = time.perf_counter()
     last: dict = state
     try:
@@ -70,9 +74,9 @@ async def astream_query(query: str, *, session_id: str | None = None, product: s
 
 def run_query(query: str, *, session_id: str | None = None, product: str | None = None,
               options: dict | None = None, on_event: Callable[[dict], None] | None = None,
-              config: RunnableConfig | None = None) -> dict:
+              config: RunnableConfig | None = None, owner: str = "") -> dict:
     """Blocking form for the CLI, benchmarks and tests: the final (or error) event, plus all events."""
-    state = initial_state(query, session_id, product, options)
+    state = initial_state(query, session_id, product, options, owner=owner)
     started = time.perf_counter()
     last: dict = state
     events: list[dict] = []

@@ -13,6 +13,7 @@ from graphs.base import NodeLog, Warnings
 
 class QueryGraphState(TypedDict, total=False):
     session_id: str
+    owner: str                   # who asks: the session must be theirs (empty: a local caller, the CLI)
     message_id: str
     original_query: str
     rewritten_query: str

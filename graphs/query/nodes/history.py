@@ -30,13 +30,17 @@ def node_load_history(state: QueryGraphState, config: RunnableConfig) -> dict:
     if len(query) > MAX_QUERY_CHARS:
         query = query[:MAX_QUERY_CHARS]
         warnings.append(f"问题过长，只使用了前 {MAX_QUERY_CHARS} 个字。")
-    history, message_id = [], ""
+    history, message_id, owner, owned = [], "", state.get("owner") or "", True
     try:
-        history = cfg.history_store.recent(session_id, HISTORY_LIMIT)
-        message_id = cfg.history_store.add_message(session_id, "user", state["original_query"])
+        owned = not owner or cfg.history_store.claim(session_id, owner)  # the first use binds it
+        if owned:
+            history = cfg.history_store.recent(session_id, HISTORY_LIMIT)
+            message_id = cfg.history_store.add_message(session_id, "user", state["original_query"])
     except Exception as exc:  # history is a convenience; the answer must still come
         log.warning("history unavailable: %s", exc)
         warnings.append("对话历史暂时不可用，本次回答不会结合上文，也不会被保存。")
+    if not owned:
+        raise StateFieldError("这个会话属于其他用户：没有读取或写入它的对话历史。")
     summary = f"上文 {len(history)} 条消息" if message_id else "对话历史不可用"
     return {"original_query": query, "history": history, "message_id": message_id, "warnings": warnings,
             "_summary": summary, "_status": "ok" if message_id else "skipped"}
