@@ -1,5 +1,9 @@
 """The knowledge base as people manage it: products and their documents, rename / merge, delete,
-reindex, and the start-up repair that keeps the registry and the vector store in agreement."""
+reindex, and the start-up repair that keeps the registry and the vector store in agreement.
+
+Every function takes the import graph's configuration (`config`, as `run_import` does): the stores
+and the embedder it names are the ones changed, so a caller or a test can manage another knowledge
+base without touching the environment."""
 from __future__ import annotations
 
 import logging
@@ -9,16 +13,16 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.importing.chunking import embed_text
+from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.naming import MAX_NAME_CHARS, one_line
 from graphs.importing.runner import ImportResult, run_import
 from graphs.products import MAX_ALIAS_CHARS, MAX_ALIASES, clean_alias, parse_facets
-from services.documents import DAMAGED, IMPORTING, READY, get_document_registry
-from services.embeddings import get_embedder
+from services.documents import DAMAGED, IMPORTING, READY
 from services.errors import ConfigurationError, ValidationError
-from services.object_store import get_object_store
-from services.settings import get_settings
-from services.vector_store import eq_filter, get_vector_store
+from services.vector_store import eq_filter
 
 log = logging.getLogger("import.catalog")
 
@@ -39,21 +43,22 @@ def _quiet(_: str) -> None:
     return None
 
 
-def products() -> list[dict]:
+def products(*, config: RunnableConfig | None = None) -> list[dict]:
     """Every product with its facets (brand, model, variant, version) and its aliases."""
-    registry = get_document_registry()
+    registry = ImportConfiguration.from_runnable_config(config).registry
     aliases = registry.aliases()
     return [{**p, **parse_facets(p["product"]).as_dict(), "aliases": aliases.get(p["product"], [])}
             for p in registry.products()]
 
 
-def product_aliases(product: str) -> list[dict]:
-    return get_document_registry().product_aliases(product)
+def product_aliases(product: str, *, config: RunnableConfig | None = None) -> list[dict]:
+    return ImportConfiguration.from_runnable_config(config).registry.product_aliases(product)
 
 
-def set_aliases(product: str, aliases: list[str], *, updated_by: str = "") -> list[dict]:
+def set_aliases(product: str, aliases: list[str], *, updated_by: str = "",
+                config: RunnableConfig | None = None) -> list[dict]:
     """The product's aliases become exactly `aliases` (a person's list: added ones are theirs)."""
-    if not documents(product):
+    if not documents(product, config=config):
         raise NotFound(f"产品不存在：{product}")
     wanted = list(dict.fromkeys(clean_alias(a) for a in aliases))
     if any(not a for a in wanted):
@@ -62,7 +67,7 @@ def set_aliases(product: str, aliases: list[str], *, updated_by: str = "") -> li
         raise ValidationError(f"别名太长，请不要超过 {MAX_ALIAS_CHARS} 个字。")
     if len(wanted) > MAX_ALIASES:
         raise ValidationError(f"一个产品最多 {MAX_ALIASES} 个别名。")
-    registry = get_document_registry()
+    registry = ImportConfiguration.from_runnable_config(config).registry
     # one alias names one product: the question it is written in must not find two
     taken = {p["product"].lower(): p["product"] for p in registry.products() if p["product"] != product}
     taken |= {a["alias"].lower(): other for other, entries in registry.aliases().items() if other != product
@@ -73,51 +78,51 @@ def set_aliases(product: str, aliases: list[str], *, updated_by: str = "") -> li
     return registry.set_aliases(product, wanted, updated_by)
 
 
-def documents(product: str | None = None) -> list[dict]:
-    return get_document_registry().list(product)
+def documents(product: str | None = None, *, config: RunnableConfig | None = None) -> list[dict]:
+    return ImportConfiguration.from_runnable_config(config).registry.list(product)
 
 
-def document(doc_id: str) -> dict:
-    record = get_document_registry().get(doc_id)
+def document(doc_id: str, *, config: RunnableConfig | None = None) -> dict:
+    record = ImportConfiguration.from_runnable_config(config).registry.get(doc_id)
     if record is None:
         raise NotFound(f"文档不存在：{doc_id}")
     return record
 
 
-def document_chunks(doc_id: str) -> list[dict]:
+def document_chunks(doc_id: str, *, config: RunnableConfig | None = None) -> list[dict]:
     """The document's chunks as stored: heading path, text, pictures."""
-    document(doc_id)
+    document(doc_id, config=config)
     return [{"chunk_id": r["chunk_id"], "title": r.get("title", ""), "parent_title": r.get("parent_title", ""),
              "part": r.get("part", 1), "page_start": r.get("page_start", 0), "page_end": r.get("page_end", 0),
              "content": r["content"], "images": IMAGE_URL.findall(r["content"])}
-            for r in get_vector_store().doc_rows(doc_id)]
+            for r in ImportConfiguration.from_runnable_config(config).vector_store.doc_rows(doc_id)]
 
 
-def delete_document(doc_id: str) -> dict:
+def delete_document(doc_id: str, *, config: RunnableConfig | None = None) -> dict:
     """Chunks, the product-name row if no other document uses it, images, original, record; nothing else."""
-    record = document(doc_id)
-    get_vector_store().delete_document(doc_id)
-    removed = get_object_store().delete_document(record["doc_key"]) if record.get("doc_key") else 0
-    shutil.rmtree(get_settings().data_dir / "work" / str(record.get("doc_key") or "-"), ignore_errors=True)
-    get_document_registry().delete(doc_id)
+    cfg = ImportConfiguration.from_runnable_config(config)
+    record = document(doc_id, config=config)
+    cfg.vector_store.delete_document(doc_id)
+    removed = cfg.object_store.delete_document(record["doc_key"]) if record.get("doc_key") else 0
+    shutil.rmtree(cfg.settings.data_dir / "work" / str(record.get("doc_key") or "-"), ignore_errors=True)
+    cfg.registry.delete(doc_id)
     return {"doc_id": doc_id, "file_name": record.get("file_name"), "chunks": record.get("chunks", 0),
             "objects": removed}
 
 
-def delete_product(name: str) -> dict:
-    docs = documents(name)
+def delete_product(name: str, *, config: RunnableConfig | None = None) -> dict:
+    docs = documents(name, config=config)
     if not docs:
         raise NotFound(f"产品不存在：{name}")
-    removed = [delete_document(d["doc_id"])["doc_id"] for d in docs]
-    get_document_registry().drop_aliases(name)
+    removed = [delete_document(d["doc_id"], config=config)["doc_id"] for d in docs]
+    ImportConfiguration.from_runnable_config(config).registry.drop_aliases(name)
     return {"product": name, "documents": removed}
 
 
-def _rewrite(doc_id: str, new_name: str, updated_by: str) -> int:
+def _rewrite(cfg: ImportConfiguration, doc_id: str, new_name: str, updated_by: str) -> int:
     """One document's chunks under another product name. The embedded text holds the name, so the
     dense vectors are made again; the BM25 side reads the content alone."""
-    settings = get_settings()
-    store, registry, embedder = get_vector_store(settings), get_document_registry(settings), get_embedder(settings)
+    settings, store, registry, embedder = cfg.settings, cfg.vector_store, cfg.registry, cfg.embedder
     rows = [{k: v for k, v in r.items() if k != "chunk_id"} | {"product": new_name}
             for r in store.doc_rows(doc_id)]
     batch = max(1, settings.embed_batch_size)
@@ -139,40 +144,43 @@ def _rewrite(doc_id: str, new_name: str, updated_by: str) -> int:
 
 
 def rename_product(old: str, new: str, *, merge: bool = False, updated_by: str = "",
-                   progress: Progress = _quiet) -> dict:
+                   progress: Progress = _quiet, config: RunnableConfig | None = None) -> dict:
     """Every document of `old` under `new`. Onto an existing product only with merge=True."""
     new = one_line(new or "")
     if not new:
         raise ValidationError("新的产品名不能为空。")
     if len(new) > MAX_NAME_CHARS:
         raise ValidationError(f"产品名太长，请不要超过 {MAX_NAME_CHARS} 个字。")
-    docs = documents(old)
+    cfg = ImportConfiguration.from_runnable_config(config)
+    docs = documents(old, config=config)
     if not docs:
         raise NotFound(f"产品不存在：{old}")
-    if new != old and documents(new) and not merge:
+    if new != old and documents(new, config=config) and not merge:
         raise ProductExists(f"产品“{new}”已经存在：要把“{old}”并入它，请确认合并。")
     chunks = 0
     for n, d in enumerate(docs, 1):
         progress(f"正在更新 {n}/{len(docs)}：{d.get('file_name')}")
-        chunks += _rewrite(d["doc_id"], new, updated_by)
-    get_document_registry().move_aliases(old, new)
+        chunks += _rewrite(cfg, d["doc_id"], new, updated_by)
+    cfg.registry.move_aliases(old, new)
     return {"product": new, "from": old, "documents": len(docs), "chunks": chunks, "merged": bool(merge)}
 
 
-def move_document(doc_id: str, product: str, *, updated_by: str = "") -> dict:
+def move_document(doc_id: str, product: str, *, updated_by: str = "",
+                  config: RunnableConfig | None = None) -> dict:
     """One document to another (or a new) product."""
     product = one_line(product or "")
     if not product or len(product) > MAX_NAME_CHARS:
         raise ValidationError(f"产品名不能为空，也不能超过 {MAX_NAME_CHARS} 个字。")
-    document(doc_id)
-    return {"doc_id": doc_id, "product": product, "chunks": _rewrite(doc_id, product, updated_by)}
+    document(doc_id, config=config)
+    cfg = ImportConfiguration.from_runnable_config(config)
+    return {"doc_id": doc_id, "product": product, "chunks": _rewrite(cfg, doc_id, product, updated_by)}
 
 
-def reindex_all(*, updated_by: str = "", progress: Progress = _quiet) -> dict:
+def reindex_all(*, updated_by: str = "", progress: Progress = _quiet, config: RunnableConfig | None = None) -> dict:
     """Import every document again from its stored original, under its product. After a switch of
     embedder the old collections are dropped first: their vectors mean nothing to the new model."""
-    settings = get_settings()
-    store, registry = get_vector_store(settings), get_document_registry(settings)
+    cfg = ImportConfiguration.from_runnable_config(config)
+    store, registry = cfg.vector_store, cfg.registry
     records = [r for r in registry.list() if r.get("original_key")]
     try:
         store.open()
@@ -182,28 +190,31 @@ def reindex_all(*, updated_by: str = "", progress: Progress = _quiet) -> dict:
     done, failed = [], []
     for n, record in enumerate(records, 1):
         progress(f"重新导入 {n}/{len(records)}：{record.get('file_name')}")
-        result = _reimport(record, updated_by)
+        result = _reimport(record, updated_by, config=config)
         (done if result.status == "completed" else failed).append(
             {"doc_id": record["doc_id"], "file_name": record.get("file_name"), "error": result.error})
     return {"documents": len(records), "completed": len(done), "failed": failed}
 
 
-def reimportable(doc_id: str) -> dict:
+def reimportable(doc_id: str, *, config: RunnableConfig | None = None) -> dict:
     """The record of a document that can be imported again from its stored original."""
-    record = document(doc_id)
+    record = document(doc_id, config=config)
     if not record.get("original_key"):
         raise ValidationError("这份文档没有保存原件，请重新上传。")
     return record
 
 
 def reimport_document(doc_id: str, *, updated_by: str = "", task_id: str | None = None,
-                      may_retry: bool = False) -> ImportResult:
+                      may_retry: bool = False, config: RunnableConfig | None = None) -> ImportResult:
     """One document imported again from its stored original, under its product (a queue task's body)."""
-    return _reimport(reimportable(doc_id), updated_by, task_id=task_id, may_retry=may_retry)
+    return _reimport(reimportable(doc_id, config=config), updated_by, task_id=task_id, may_retry=may_retry,
+                     config=config)
 
 
-def _reimport(record: dict, updated_by: str, *, task_id: str | None = None, may_retry: bool = False) -> ImportResult:
-    settings = get_settings()
+def _reimport(record: dict, updated_by: str, *, task_id: str | None = None, may_retry: bool = False,
+              config: RunnableConfig | None = None) -> ImportResult:
+    cfg = ImportConfiguration.from_runnable_config(config)
+    settings = cfg.settings
     folder = settings.data_dir / "reindex" / record["doc_id"]
     folder.mkdir(parents=True, exist_ok=True)
     name = Path(record["original_key"]).name
@@ -212,17 +223,17 @@ def _reimport(record: dict, updated_by: str, *, task_id: str | None = None, may_
     path = source if record.get("source") == "path" and source.is_file() else folder / name
     try:
         if path.parent == folder:
-            path.write_bytes(get_object_store(settings).open_original(record["original_key"]))
+            path.write_bytes(cfg.object_store.open_original(record["original_key"]))
         return run_import(path, product=record.get("product"), product_source=record.get("product_source") or "user",
                           product_evidence=record.get("product_evidence", ""), identity=record.get("identity"),
                           original_key=record["original_key"], updated_by=updated_by,
                           source=record.get("source") or "path", file_name=record.get("file_name", ""),
-                          task_id=task_id, may_retry=may_retry)
+                          task_id=task_id, may_retry=may_retry, config=config)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def repair(*, older_than_s: float = REPAIR_AFTER_S) -> dict:
+def repair(*, older_than_s: float = REPAIR_AFTER_S, config: RunnableConfig | None = None) -> dict:
     """Make the registry and the vector store agree (run at start-up; returns what it did).
 
     - a write interrupted mid-way: its new chunks are adopted when they are all there (the old ones
@@ -231,8 +242,8 @@ def repair(*, older_than_s: float = REPAIR_AFTER_S) -> dict:
     - a ready record whose chunks are gone: marked damaged, to be re-imported;
     - a product with chunks but no name row gets one, a product with two keeps the newest.
     """
-    settings = get_settings()
-    store, registry = get_vector_store(settings), get_document_registry(settings)
+    cfg = ImportConfiguration.from_runnable_config(config)
+    store, registry = cfg.vector_store, cfg.registry
     report = {"adopted": 0, "reverted": 0, "recovered": 0, "damaged": 0, "names_added": 0, "names_deduped": 0}
     now = time.time()
     for record in registry.pending():
@@ -266,7 +277,7 @@ def repair(*, older_than_s: float = REPAIR_AFTER_S) -> dict:
             report["damaged"] += 1
     report["names_deduped"] = store.dedupe_names()
     named = {r["product"] for r in store.products()}
-    embedder = get_embedder(settings)
+    embedder = cfg.embedder
     for record in registry.list():
         if record.get("status") in (READY, IMPORTING) and record.get("product") and record["product"] not in named:
             if counts.get(record["doc_id"]):

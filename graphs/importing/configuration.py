@@ -12,6 +12,8 @@ from services.chat_model import get_chat_model
 from services.documents import DocumentRegistry, get_document_registry
 from services.embeddings import Embedder, get_embedder
 from services.object_store import ObjectStore, get_object_store
+from services.task_queue import TaskQueue, get_task_queue
+from services.task_store import TaskStore, get_task_store
 from services.vector_store import VectorStore, get_vector_store
 
 
@@ -21,6 +23,8 @@ class ImportConfiguration(Configuration):
     embedder = Service[Embedder](lambda s: get_embedder(s))
     object_store = Service[ObjectStore](lambda s: get_object_store(s))
     registry = Service[DocumentRegistry](lambda s: get_document_registry(s))
+    task_store = Service[TaskStore](lambda s: get_task_store(s))
+    task_queue = Service[TaskQueue](lambda s: get_task_queue(s))
 
     def chat_model(self) -> ChatOpenAI | None:
         """The configured chat model (product names), or None offline."""

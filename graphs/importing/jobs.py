@@ -1,7 +1,8 @@
 """Imports and reindexing on the task queue: the same code whether the queue is the embedded SQLite
 file or Redis, whether it runs inside the app or in `scripts/worker.sh`.
 
-A message carries only a task id; what to run is the task's `job` in the task store, so a task handed
+Senders take the import graph's configuration (`config`); a worker runs with its own process's, since a
+queue message crosses processes. A message carries only a task id; what to run is the task's `job` in the task store, so a task handed
 on after its worker died runs again exactly as first asked. Claiming decides who runs it: a message
 delivered twice finds its task finished, or leased by a live worker, and does nothing. The import
 itself replaces a document by its identity, so running a task again never adds a copy.
@@ -13,15 +14,16 @@ import shutil
 import threading
 import uuid
 
+from langchain_core.runnables import RunnableConfig
+
 from graphs.importing import catalog
 from graphs.importing.files import StagedFile
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.runner import ImportResult, decide_products, discard_failed, run_import
 from services.errors import StorageError, is_transient
-from services.object_store import get_object_store
 from services.settings import Settings, get_settings
-from services.task_queue import RetryTask, TaskQueue, get_task_queue
-from services.task_store import FAILED, GIVE_UP, RETRY, get_task_store
+from services.task_queue import RetryTask, TaskQueue
+from services.task_store import FAILED, GIVE_UP, RETRY
 
 log = logging.getLogger("import.jobs")
 
@@ -33,36 +35,39 @@ REINDEX_NAME = "重建索引"
 # --- sending ------------------------------------------------------------------------------------------
 
 def enqueue_set(staged: list[StagedFile], product: str | None = None, products: dict[str, str] | None = None,
-                updated_by: str = "") -> list[str]:
+                updated_by: str = "", config: RunnableConfig | None = None) -> list[str]:
     """Queue the import of files that arrived together: one task each, their products decided across
     the set now. Returns the task ids; StorageError when the tasks could not be created or queued
     (the files are then not imported, and the tasks say so), `NotQueued` naming those that were
     queued when the queue failed part way."""
     decisions = decide_products([item.path for item in staged], product=product, products=products, staged=staged)
-    tasks, set_id = get_task_store(), uuid.uuid4().hex
+    cfg = ImportConfiguration.from_runnable_config(config)
+    tasks, set_id = cfg.task_store, uuid.uuid4().hex
     for item, decided in zip(staged, decisions):
         job = {"kind": IMPORT, "staged": item.as_dict(), "set_id": set_id, "updated_by": updated_by, **decided}
         tasks.create(item.task_id, item.name, product=decided["product"], job=job, by=updated_by)
-    _send([item.task_id for item in staged])
+    _send(cfg, [item.task_id for item in staged])
     return [item.task_id for item in staged]
 
 
-def enqueue_reimport(doc_id: str, updated_by: str = "") -> str:
+def enqueue_reimport(doc_id: str, updated_by: str = "", config: RunnableConfig | None = None) -> str:
     """Queue one document's import again from its stored original; returns its task id.
     ValidationError at once when there is no such document or it kept no original."""
-    record = catalog.reimportable(doc_id)
+    cfg = ImportConfiguration.from_runnable_config(config)
+    record = catalog.reimportable(doc_id, config=config)
     task_id = uuid.uuid4().hex
-    get_task_store().create(task_id, record.get("file_name") or doc_id, product=record.get("product"),
-                            job={"kind": REIMPORT, "doc_id": doc_id, "updated_by": updated_by}, by=updated_by)
-    _send([task_id])
+    cfg.task_store.create(task_id, record.get("file_name") or doc_id, product=record.get("product"),
+                          job={"kind": REIMPORT, "doc_id": doc_id, "updated_by": updated_by}, by=updated_by)
+    _send(cfg, [task_id])
     return task_id
 
 
-def enqueue_reindex(updated_by: str = "") -> str:
+def enqueue_reindex(updated_by: str = "", config: RunnableConfig | None = None) -> str:
     """Queue a reindex of every document; returns its task id."""
+    cfg = ImportConfiguration.from_runnable_config(config)
     task_id = uuid.uuid4().hex
-    get_task_store().create(task_id, REINDEX_NAME, job={"kind": REINDEX, "updated_by": updated_by}, by=updated_by)
-    _send([task_id])
+    cfg.task_store.create(task_id, REINDEX_NAME, job={"kind": REINDEX, "updated_by": updated_by}, by=updated_by)
+    _send(cfg, [task_id])
     return task_id
 
 
@@ -80,9 +85,9 @@ def queued_part(exc: StorageError) -> list[str]:
     return list(exc.queued) if isinstance(exc, NotQueued) else []
 
 
-def _send(task_ids: list[str]) -> None:
-    settings = get_settings()
-    queue = _queue(settings)
+def _send(cfg: ImportConfiguration, task_ids: list[str]) -> None:
+    settings = cfg.settings
+    queue = _registered(cfg.task_queue)
     if settings.import_in_app:
         start_in_app_worker()
     queued: list[str] = []
@@ -92,12 +97,15 @@ def _send(task_ids: list[str]) -> None:
             queued.append(task_id)
     except StorageError as exc:
         for task_id in task_ids[len(queued):]:
-            get_task_store().fail(task_id, f"导入任务没有排上队：{exc.message}")
+            cfg.task_store.fail(task_id, f"导入任务没有排上队：{exc.message}")
         raise NotQueued(exc, queued) from exc
 
 
 def _queue(settings: Settings | None = None) -> TaskQueue:
-    queue = get_task_queue(settings)
+    return _registered(ImportConfiguration(settings).task_queue)
+
+
+def _registered(queue: TaskQueue) -> TaskQueue:
     queue.register(RUN_TASK, run_task)
     return queue
 
@@ -107,8 +115,8 @@ def _queue(settings: Settings | None = None) -> TaskQueue:
 def run_task(task_id: str) -> None:
     """One delivery of a task: claim it, run its job, and on a transient failure let the queue run it
     again after a growing delay (attempts are counted in the task store, across workers)."""
-    settings = get_settings()
-    tasks = get_task_store(settings)
+    cfg = ImportConfiguration()
+    settings, tasks = cfg.settings, cfg.task_store
     task = tasks.claim(task_id, settings.task_lease_s)
     if task is None:
         log.info("task %s is finished or running elsewhere: this delivery does nothing", task_id)
@@ -117,7 +125,7 @@ def run_task(task_id: str) -> None:
     may_retry = attempts <= settings.import_retries
     run = {REINDEX: _run_reindex, REIMPORT: _run_reimport}.get(job.get("kind"), _run_import)
     try:
-        error = run(task_id, job, may_retry)
+        error = run(cfg, task_id, job, may_retry)
     except Exception as exc:  # the import records its own failures; this is the task store or the queue
         log.exception("task %s crashed", task_id)
         if not (may_retry and is_transient(exc)):
@@ -131,21 +139,22 @@ def run_task(task_id: str) -> None:
     raise RetryTask(delay=delay)
 
 
-def _run_import(task_id: str, job: dict, may_retry: bool) -> str | None:
+def _run_import(cfg: ImportConfiguration, task_id: str, job: dict, may_retry: bool) -> str | None:
     staged = StagedFile.from_dict(job["staged"])
     if not staged.path.is_file():  # a worker on another machine: the original is in the object store
         staged.path.parent.mkdir(parents=True, exist_ok=True)
-        staged.path.write_bytes(get_object_store().open_original(staged.original_key))
+        staged.path.write_bytes(cfg.object_store.open_original(staged.original_key))
     result = run_import(staged.path, product=job.get("product"), product_source=job.get("product_source", "user"),
                         product_evidence=job.get("product_evidence", ""), product_how=job.get("how", ""),
                         product_backed=bool(job.get("backed")), staged=staged, task_id=task_id,
-                        set_id=job.get("set_id", ""), updated_by=job.get("updated_by", ""), may_retry=may_retry)
+                        set_id=job.get("set_id", ""), updated_by=job.get("updated_by", ""), may_retry=may_retry,
+                        config={"configurable": {"settings": cfg.settings}})
     return _worth_retrying(result, may_retry)
 
 
-def _run_reimport(task_id: str, job: dict, may_retry: bool) -> str | None:
+def _run_reimport(cfg: ImportConfiguration, task_id: str, job: dict, may_retry: bool) -> str | None:
     result = catalog.reimport_document(job["doc_id"], updated_by=job.get("updated_by", ""), task_id=task_id,
-                                       may_retry=may_retry)
+                                       may_retry=may_retry, config={"configurable": {"settings": cfg.settings}})
     return _worth_retrying(result, may_retry)
 
 
@@ -154,12 +163,13 @@ def _worth_retrying(result: ImportResult, may_retry: bool) -> str | None:
     return result.error if result.status == "failed" and may_retry and result.transient else None
 
 
-def _run_reindex(task_id: str, job: dict, may_retry: bool) -> str | None:
-    tasks, lease_s = get_task_store(), get_settings().task_lease_s
+def _run_reindex(cfg: ImportConfiguration, task_id: str, job: dict, may_retry: bool) -> str | None:
+    tasks, lease_s = cfg.task_store, cfg.settings.task_lease_s
     try:
         with tasks.leased(task_id, lease_s):
             result = catalog.reindex_all(updated_by=job.get("updated_by", ""),
-                                         progress=lambda text: tasks.progress(task_id, text))
+                                         progress=lambda text: tasks.progress(task_id, text),
+                                         config={"configurable": {"settings": cfg.settings}})
     except Exception as exc:
         log.exception("reindex failed")
         tasks.fail(task_id, f"重建索引失败：{exc}")
@@ -171,8 +181,8 @@ def _run_reindex(task_id: str, job: dict, may_retry: bool) -> str | None:
 def hand_on_expired(settings: Settings | None = None) -> int:
     """Tasks whose worker stopped renewing its lease: queued again, or failed after their attempts.
     Any number of processes may run this at once; each task is handed on once."""
-    settings = settings or get_settings()
-    tasks, queue = get_task_store(settings), _queue(settings)
+    cfg = ImportConfiguration(settings)
+    settings, tasks, queue = cfg.settings, cfg.task_store, _registered(cfg.task_queue)
     handed = 0
     for task in tasks.expired():
         outcome = tasks.hand_on(task["task_id"], 1 + settings.import_retries)
@@ -199,8 +209,8 @@ def discard_files_of(task: dict) -> None:
 def discard_failed_uploads(settings: Settings | None = None) -> int:
     """At start-up: the files of upload tasks that failed while no clean-up could run (their process
     died). Returns how many upload folders went."""
-    settings = settings or get_settings()
-    tasks, removed = get_task_store(settings), 0
+    cfg = ImportConfiguration(settings)
+    settings, tasks, removed = cfg.settings, cfg.task_store, 0
     for folder in sorted((settings.data_dir / "uploads").glob("*/*")):
         task = tasks.get(folder.name) if folder.is_dir() else None
         if task is not None and task["status"] == FAILED:
