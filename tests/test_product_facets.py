@@ -143,3 +143,23 @@ def test_siblings_told_apart_by_the_end_of_their_code():
     assert family["branch"] == "ask" and len(family["candidates"]) == 3
     assert pick("Zorvex ZQ9 的续航多久？")["branch"] == "refuse"
     assert pick("Zorvex 36 的续航多久？")["branch"] == "refuse"  # a number after the brand is another model
+
+
+def test_versions_the_question_does_not_name_are_asked_not_all_confirmed():
+    """Two versions whose names are written differently ("PL7面板 V1", "PL7 面板 V2"): a question that
+    names neither version asks between them; naming one confirms it; a comparison confirms both."""
+    catalogue = ["Corvi PL7面板 V1", "Corvi PL7 面板 V2", "Corvi PL5 面板"]
+    pick = lambda q: decide(QueryConfiguration(), q, catalogue, [], "", ProductAliases())  # noqa: E731
+    unsure = pick("PL7 面板怎么升级固件？")
+    assert unsure["branch"] == "ask" and sorted(unsure["candidates"]) == ["Corvi PL7 面板 V2", "Corvi PL7面板 V1"]
+    assert pick("PL7 面板 V2 怎么升级固件？")["products"] == ["Corvi PL7 面板 V2"]
+    both = pick("PL7 面板 V1 和 V2 有什么区别？")
+    assert both["branch"] == "confirmed" and sorted(both["products"]) == ["Corvi PL7 面板 V2", "Corvi PL7面板 V1"]
+
+
+@pytest.mark.parametrize("question", ["树莓派 5 的 GPIO 引脚图在哪里看？", "Raspberry Pi 5 怎么装系统？"])
+def test_a_maker_the_catalogue_holds_nothing_of_is_refused(question):
+    """A maker of the reviewed brand list, in Latin or Chinese, none of whose products is held: another
+    maker's product, refused before any chunk could be taken for evidence."""
+    d = ask(question)
+    assert d["branch"] == "refuse" and d["products"] == [] and "Raspberry Pi" in d["why"]

@@ -14,10 +14,10 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.query.calibration import EVIDENCE_MARGIN, EVIDENCE_THRESHOLD
 from graphs.query.configuration import QueryConfiguration
-from graphs.products import ProductAliases
-from graphs.query.planning import compared_versions
+from graphs.products import ProductAliases, VERSION_WORD, brand_aliases, parse_facets, version_key
+from graphs.query.planning import COMPARE, EACH, compared_versions
 from graphs.query.product_match import (
-    CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, Resolution, names_unknown_model, rank_products, resolve,
+    CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, Resolution, names_unknown_model, rank_products, resolve, tokens,
 )
 from graphs.query.retrieval import search_chunks
 from graphs.query.state import QueryGraphState
@@ -114,6 +114,29 @@ def read_products(query: str, names: list[str], products: list[str], aliases: Pr
     return Resolution("none")
 
 
+def unsettled_versions(query: str, confirmed: list[str]) -> bool:
+    """Several products, versions of one another, none of whose versions the question names, and no
+    comparison asked: the question does not say which of them it means."""
+    versions = {version_key(parse_facets(p).version) for p in confirmed} - {""}
+    if len(confirmed) < 2 or len(versions) < 2 or COMPARE.search(query) or EACH in query:
+        return False
+    named = {version_key(v) for v in VERSION_WORD.findall(query)}
+    return not named & versions
+
+
+def foreign_brand(query: str, products: list[str], aliases: ProductAliases) -> str:
+    """A maker of the reviewed brand list that the question names (in Latin or Chinese) and that
+    makes none of the products held: the question is about another maker's product."""
+    held = {parse_facets(p).brand.lower() for p in products} | {p.lower() for p in products}
+    lowered = query.lower()
+    for brand, names in brand_aliases().items():
+        if not any(n.lower() in lowered for n in (brand, *names)):
+            continue
+        if not any(brand.lower() in h for h in held):
+            return brand
+    return ""
+
+
 def decide(cfg: QueryConfiguration, query: str, products: list[str], history: list[dict], pinned: str,
            aliases: ProductAliases | None = None) -> dict:
     """{branch, products, candidates, held, rewritten_query, method, scores, why}"""
@@ -128,8 +151,17 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
     names, rewritten = extracted if extracted else ([], query)
     method = "llm+lexical" if extracted else "lexical"
     found = read_products(query, names, products, aliases)
+    if found.kind == "confirm" and unsettled_versions(query, found.products):
+        return {"branch": "ask", "products": [], "candidates": found.products[:MAX_CANDIDATES],
+                "rewritten_query": rewritten, "method": method, "scores": found.scores,
+                "why": "问题没有写明版本"}
     if found.kind == "confirm":
-        return {"branch": "confirmed", "products": found.products, "candidates": [], "rewritten_query": rewritten,
+        # a comparison of versions: every version it writes of the confirmed products' models, not
+        # only the last one named
+        model = lambda name: {t for t in tokens(name) if not VERSION_WORD.fullmatch(t)}  # noqa: E731
+        models = [model(p) for p in found.products]
+        compared = compared_versions(query, [p for p in products if model(p) in models])
+        return {"branch": "confirmed", "products": sorted(set(found.products) | set(compared)), "candidates": [], "rewritten_query": rewritten,
                 "method": method, "scores": found.scores, "why": found.why}
     if found.kind == "ask":
         return {"branch": "ask", "products": [], "candidates": found.products[:MAX_CANDIDATES],
@@ -137,6 +169,10 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
     if found.kind == "unknown-model":
         return {"branch": "refuse", "products": [], "candidates": [], "held": found.held,
                 "rewritten_query": rewritten, "method": method, "scores": found.scores, "why": found.why}
+    maker = foreign_brand(query, products, aliases)
+    if found.kind == "none" and maker:
+        return {"branch": "refuse", "products": [], "candidates": [], "rewritten_query": rewritten,
+                "method": method, "scores": {}, "why": f"知识库里没有 {maker} 的产品"}
     # Nothing named lexically: the names' vectors, then the conversation, then the chunks decide.
     other_model = names_unknown_model(query, products)
     scores = {} if other_model else vector_scores(cfg, names)
