@@ -199,3 +199,16 @@ def test_the_order_in_which_name_sources_win():
     nothing = decide({"llm": source("1-ProductIntroduction", "llm")}, accept)
     assert (nothing.product, nothing.confirm) == ("", True) and "请确认" in nothing.evidence
     assert decide({"offline": source("Orvan X3", "offline", False)}, accept).confirm
+
+
+def test_two_siblings_uploaded_together_keep_their_own_titles(tmp_path):
+    """A board titled by its bare model word ("# Wren") beside its bigger sibling ("# Wren512M"): with
+    no third sibling the bare word is no product line's brand, yet the page's own title, written after
+    its brand in the text, names it; it never takes its sibling's name."""
+    small = write(tmp_path / "wren.md", "---\nsidebar_label: 'Wren (RK-7)'\n---\n\n# Wren\n\n"
+                  "Kestrel Wren 是一款基于 RK-7 芯片的开发板，运行 Linux。\n\n## 供电\n\nWren 用 USB 供电。\n\n"
+                  "## 引脚\n\nWren 有 26 个引脚。\n")
+    big = write(tmp_path / "wren512m.md", "# Wren512M\n\nKestrel Wren512M 在 Wren 的基础上把内存加到 512M。\n\n"
+                "## 供电\n\nWren512M 用 USB 供电。\n\n## 内存\n\nKestrel Wren 512M 带 512M 内存。\n")
+    plan = {p.path.name: p for p in plan_set([small, big])}
+    assert (plan["wren.md"].product, plan["wren512m.md"].product) == ("Kestrel Wren", "Kestrel Wren512M")

@@ -209,8 +209,11 @@ class SetRecogniser:
             return False
         named = bool(c.title_pages) or sum(c.pages.values()) >= 3
         branded = any(self._is_brand(b) for b in c.brands)
-        if not (c.folders or re.search(r"\d", c.alias) or any(self._brand_of_several(b) for b in c.brands)):
-            return False  # no model code, no folder, no brand of a product line: a section, a feature ("Record Audio")
+        if not (c.folders or re.search(r"\d", c.alias) or any(self._brand_of_several(b) for b in c.brands)
+                or c.title_pages and any(self._brand_of_others(b, c) for b in c.brands)):
+            # no model code, no folder, no brand of a product line, no page titled by it that writes it
+            # after a brand the set writes before another name too: a section, a feature ("Record Audio")
+            return False
         # a brand's model is named by a title, or by its model code written again and again
         return bool(c.folders) or named and (c.product_nouns > c.tech_nouns
                                              or branded and (bool(c.title_pages) or bool(re.search(r"\d", c.alias))))
@@ -223,6 +226,10 @@ class SetRecogniser:
                 # only the forms written with the family's words apart ("Duo S", not "DuoS")
                 after[d.alias] = sum(n for f, n in d.forms.items() if _fold(f).startswith(c.alias + " "))
         return len(+after) >= 2 and sum(after.values()) >= sum(c.forms.values())
+
+    def _brand_of_others(self, token: str, c: _Candidate) -> bool:
+        """A brand that also stands before another name of the set ("Milk-V" before "Duo" and "Duo 256M")."""
+        return self._is_brand(token) and any(d is not c and d.brands.get(token) for d in self.candidates.values())
 
     def _brand_of_several(self, token: str) -> bool:
         """A brand that also stands before another model of the set (a product line's name)."""
