@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import graphs.importing.configuration as import_configuration
 import graphs.query.configuration as query_configuration
 from api import health as api_health, routes as api_routes
 from api_fixtures import (  # noqa: F401 (fixtures)
@@ -130,7 +131,7 @@ def test_history_store_down_still_streams_the_answer_with_warnings(api, monkeypa
     down = HistoryStore(db=_DownDatabase())
     for module in (query_configuration, api_routes):
         monkeypatch.setattr(module, "get_history_store", lambda settings=None: down)
-    for module in (api_routes, import_jobs):
+    for module in (api_routes, import_configuration):  # the API's reads, the jobs' through their configuration
         monkeypatch.setattr(module, "get_task_store", lambda settings=None: TaskStore(db=_DownDatabase()))
     monkeypatch.setattr(api_health, "get_database", lambda settings=None: _DownDatabase())
     caplog.set_level(logging.WARNING)
