@@ -63,7 +63,8 @@ def test_invalid_pdfs_at_once_then_a_restart_with_poison_tasks_and_a_crashing_co
     assert len(files_left(data_dir)) == 6  # three staged copies, three originals
 
     # 3. restarted with a converter that crashes its process: it comes up, answers, fails the tasks
-    with _server(data_dir, key, CONVERTER_OVERRIDE="fakes.converters:segfault") as server, \
+    # tasks queued in-process have no uploader: their status is for an admin
+    with _server(data_dir, key, CONVERTER_OVERRIDE="fakes.converters:segfault", API_KEYS=f"bench:{key}:admin") as server, \
             _client(server, key) as client:
         tasks = wait_tasks(client, [queued, held], deadline=time.monotonic() + 180)
         assert [t["status"] for t in tasks] == ["failed", "failed"], tasks

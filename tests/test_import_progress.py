@@ -60,7 +60,7 @@ def test_markdown_import_reports_every_node_and_persists_the_task(fresh_data):
     check_stream(seen, MD_NODES, task_id)
     assert seen[-1]["result"]["chunks"] == result.chunks
     md_img = next(e for e in seen if e["type"] == "node_end" and e["node"] == "node_md_img")
-    assert md_img["detail"] == {"uploaded": result.images_uploaded, "remote": 0, "missing": 2}
+    assert md_img["detail"] == {"uploaded": result.images_uploaded, "remote": 0, "missing": 2, "case": 0}
 
     restarted = TaskStore(get_settings())  # what a new process sees
     task = restarted.get(task_id)

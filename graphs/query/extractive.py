@@ -198,8 +198,10 @@ def heading(i: int, doc: dict) -> str:
 def near_quote(content: str, quoted: str) -> str:
     """The content's lines within a few lines of a quoted one: where the pictures of the quoted text are."""
     lines = content.splitlines()
-    shown = {squashed(MD_IMAGE.sub("", q)) for q in quoted.splitlines()} - {""}
-    hits = [i for i, line in enumerate(lines) if squashed(MD_IMAGE.sub("", line)) in shown]
+    # a long quoted line is shown shortened ("…"): its start still finds its line
+    shown = {squashed(MD_IMAGE.sub("", q)).rstrip("…").rstrip(".") for q in quoted.splitlines()} - {""}
+    hits = [i for i, line in enumerate(lines)
+            if (text := squashed(MD_IMAGE.sub("", line))) and any(text == q or text.startswith(q) for q in shown)]
     keep = {j for i in hits for j in range(i - PICTURE_LINES, i + PICTURE_LINES + 1)}
     return "\n".join(line for j, line in enumerate(lines) if j in keep)
 
