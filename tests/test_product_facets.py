@@ -163,3 +163,10 @@ def test_a_maker_the_catalogue_holds_nothing_of_is_refused(question):
     maker's product, refused before any chunk could be taken for evidence."""
     d = ask(question)
     assert d["branch"] == "refuse" and d["products"] == [] and "Raspberry Pi" in d["why"]
+
+
+def test_a_comparison_of_a_model_and_its_longer_sibling_confirms_both():
+    """"PL7 和 PL7 S": read whole, the longer name swallows the shorter; each side names its product."""
+    catalogue = ["Corvi PL7", "Corvi PL7 S", "Corvi PL7 Max"]
+    d = decide(QueryConfiguration(), "Corvi PL7 和 PL7 S 的内存有什么区别？", catalogue, [], "", ProductAliases())
+    assert d["branch"] == "confirmed" and sorted(d["products"]) == ["Corvi PL7", "Corvi PL7 S"]

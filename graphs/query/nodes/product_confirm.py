@@ -124,6 +124,22 @@ def unsettled_versions(query: str, confirmed: list[str]) -> bool:
     return not named & versions
 
 
+JOINERS = re.compile(r"和|与|跟|及|、|还是|vs\.?|对比|比较", re.IGNORECASE)
+
+
+def compared_parts(query: str, products: list[str], aliases: ProductAliases) -> list[str]:
+    """A comparison's sides read one by one ("Duo 和 Duo S 的区别"): the longer name swallows the
+    shorter one when the question is read whole, so each side that names one product adds it."""
+    if not (COMPARE.search(query) or EACH in query):
+        return []
+    found = []
+    for part in JOINERS.split(query):
+        side = resolve(part, products, aliases) if part.strip() else None
+        if side is not None and side.kind == "confirm" and len(side.products) == 1:
+            found += side.products
+    return found if len(set(found)) >= 2 else []
+
+
 def foreign_brand(query: str, products: list[str], aliases: ProductAliases) -> str:
     """A maker of the reviewed brand list that the question names (in Latin or Chinese) and that
     makes none of the products held: the question is about another maker's product."""
@@ -161,6 +177,7 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
         model = lambda name: {t for t in tokens(name) if not VERSION_WORD.fullmatch(t)}  # noqa: E731
         models = [model(p) for p in found.products]
         compared = compared_versions(query, [p for p in products if model(p) in models])
+        compared += compared_parts(query, products, aliases)
         return {"branch": "confirmed", "products": sorted(set(found.products) | set(compared)), "candidates": [], "rewritten_query": rewritten,
                 "method": method, "scores": found.scores, "why": found.why}
     if found.kind == "ask":
