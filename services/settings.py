@@ -11,13 +11,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from dotenv import load_dotenv
-from pydantic import field_validator, model_validator
+from pydantic import AfterValidator, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # A comma-separated environment variable ("a.example, b.example"), not JSON.
 CommaList = Annotated[tuple[str, ...], NoDecode]
+
+
+def at_least(floor: float) -> AfterValidator:
+    """A number below its floor is raised to it, as a working default would be."""
+    return AfterValidator(lambda value: max(floor, value))
 
 
 class Settings(BaseSettings):
@@ -31,9 +36,9 @@ class Settings(BaseSettings):
     mineru_poll_interval_s: float = 3.0
     mineru_timeout_s: float = 600.0
     # every converter of native code (PDF, Word, web page) runs in a child process with these limits
-    convert_timeout_s: float = 900.0   # wall clock; above mineru_timeout_s, which is waited for inside
-    convert_memory_mb: int = 2048      # address space a conversion may add (RLIMIT_AS)
-    convert_crash_retries: int = 1     # a conversion that crashed its process is tried this often more
+    convert_timeout_s: Annotated[float, at_least(1.0)] = 900.0   # wall clock; above mineru_timeout_s, which is waited for inside
+    convert_memory_mb: Annotated[int, at_least(64)] = 2048      # address space a conversion may add (RLIMIT_AS)
+    convert_crash_retries: Annotated[int, at_least(0)] = 1     # a conversion that crashed its process is tried this often more
     converter_override: str = ""       # "module:function" run instead of every converter (fault drills)
     # chat / vision models (OpenAI-compatible)
     openai_api_key: str = ""
@@ -98,13 +103,13 @@ class Settings(BaseSettings):
     remote_image_timeout_s: float = 10.0
     # import queue: Redis when set, an SQLite file under data_dir otherwise
     redis_url: str = ""
-    import_workers: int = 2
+    import_workers: Annotated[int, at_least(1)] = 2
     # the web process also consumes the queue; with Redis the workers are usually separate
     # processes (scripts/worker.sh), so unset it follows REDIS_URL
     import_in_app: bool = True
-    import_retries: int = 2               # attempts after the first, for transient faults and dead workers
+    import_retries: Annotated[int, at_least(0)] = 2               # attempts after the first, for transient faults and dead workers
     import_retry_delay_s: float = 5.0     # doubled on every retry
-    task_lease_s: float = 30.0            # a task whose worker stops renewing this long is handed on
+    task_lease_s: Annotated[float, at_least(1.0)] = 30.0            # a task whose worker stops renewing this long is handed on
 
     @field_validator("cors_origins", "remote_image_hosts", mode="before")
     @classmethod
@@ -122,32 +127,6 @@ class Settings(BaseSettings):
     @classmethod
     def _no_trailing_slash(cls, value: str) -> str:
         return value.rstrip("/")
-
-    # counts below their floor are raised to it, as a working default would be
-    @field_validator("import_workers")
-    @classmethod
-    def _one_worker_at_least(cls, value: int) -> int:
-        return max(1, value)
-
-    @field_validator("import_retries", "convert_crash_retries")
-    @classmethod
-    def _no_negative_retries(cls, value: int) -> int:
-        return max(0, value)
-
-    @field_validator("convert_timeout_s")
-    @classmethod
-    def _convert_a_second_at_least(cls, value: float) -> float:
-        return max(1.0, value)
-
-    @field_validator("convert_memory_mb")
-    @classmethod
-    def _room_to_convert(cls, value: int) -> int:
-        return max(64, value)
-
-    @field_validator("task_lease_s")
-    @classmethod
-    def _lease_a_second_at_least(cls, value: float) -> float:
-        return max(1.0, value)
 
     @field_validator("data_dir")
     @classmethod

@@ -165,7 +165,7 @@ class StagedBatch(list):
         self.notes = notes or []
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as stream:
         while block := stream.read(1024 * 1024):
@@ -190,7 +190,7 @@ def _unpack_archive(archive: Path, folder: Path, display: str, settings: Setting
             unpacked.skip("是空的（0 字节）" if size == 0 else f"超过了 {settings.max_upload_mb} MB 的上限", rel)
             page.unlink()
             continue
-        received.append((uuid.uuid4().hex, rel, page, _sha256(page), client_folders(rel), str(folder)))
+        received.append((uuid.uuid4().hex, rel, page, file_sha256(page), client_folders(rel), str(folder)))
     if not received:
         raise UploadRejected(400, f"压缩包“{display}”里没有可导入的说明书：{unpacked.skipped_text()}。")
     notes.append(unpacked.note(display, len(received)))

@@ -6,24 +6,16 @@ start-up repair cleans). The record is parked as pending before the write and co
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from langchain_core.runnables import RunnableConfig
 
 from graphs.base import emit, graph_node
 from graphs.importing.configuration import ImportConfiguration
+from graphs.importing.files import file_sha256
 from graphs.importing.state import ImportGraphState
 from graphs.products import document_aliases
 from services.errors import MilvusError
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1024 * 1024):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def record_version(state: ImportGraphState, original_key: str, chunks: int, embedder: str) -> dict:
