@@ -22,3 +22,6 @@ TECH_TERMS = {
     # programming languages and the app: what a product is used with, never the product
     "python", "micropython", "java", "javascript", "lua", "app",
 }
+# Words a maker appends to a model to name another model of the line ("Mars Pro", "X3 Max"): written
+# right after a held product's full name, they name a product the catalogue does not hold.
+VARIANT_WORDS = frozenset({"pro", "max", "plus", "ultra", "lite", "mini", "nano", "air", "se"})

@@ -76,6 +76,21 @@ def test_a_model_not_held_is_refused_naming_what_the_family_holds():
     assert version["branch"] == "refuse" and version["held"] == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
 
 
+@pytest.mark.parametrize("question", ["Zorvex KX-12 Max 的散热片怎么装？", "KX-12-EVB2 开发套件怎么供电？",
+                                      "Nimbus Tab 7 Ultra 的屏幕多大？"])
+def test_a_held_name_written_as_the_start_of_a_longer_model_is_refused(question):
+    d = ask(question)  # a variant word or a glued-on code: another model of the line
+    assert d["branch"] == "refuse" and d["products"] == [] and d["held"], d
+
+
+@pytest.mark.parametrize(("question", "product"), [("Zorvex KX-12 Python 示例怎么跑？", "Zorvex KX-12"),
+                                                   ("Nimbus Tab 7 Pro 的屏幕多大？", "Zorvex Nimbus Tab 7 Pro"),
+                                                   ("Zorvex KX-12-V2 的接口", "Zorvex KX-12")])
+def test_a_word_after_a_held_name_that_is_no_model_keeps_it_confirmed(question, product):
+    d = ask(question)  # a language, a held variant, a version glued on
+    assert (d["branch"], d["products"]) == ("confirmed", [product]), d
+
+
 def test_a_brand_without_a_model_asks_among_its_products():
     d = ask("佐维的这款平板支持手写笔吗？")
     assert d["branch"] == "ask" and len(d["candidates"]) > 1

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from graphs.products import ProductAliases, code_tails, parse_facets, version_key
-from graphs.vocabulary import TECH_TERMS
+from graphs.vocabulary import TECH_TERMS, VARIANT_WORDS
 
 CONFIRM_SCORE = 0.95
 BRAND_SCORE = 0.62
@@ -82,6 +82,16 @@ def _next_word(text: str, end: int, numbers: bool) -> str:
     if not m or (m.group(1)[0].isdigit() and (not numbers or m.group(2) or "." in m.group(1))):
         return ""
     return m.group(1).split(".")[0]
+
+
+def _extends_model(text: str, end: int, all_tokens: set[str] | frozenset[str]) -> bool:
+    """Whether a full name is written as the start of a longer model the catalogue lacks: a code
+    glued on by a hyphen ("ESP32-C3-DevKitM-1") or a variant word ("Mars Pro"). A version ("-V2")
+    is read by the version rules, a held word ("Duo S" beside "Duo") by the longer name."""
+    m = re.match(r"(-|\s+)([a-z][a-z0-9]*|\d+[a-z][a-z0-9]*)(?![a-z0-9.])", text[end:])
+    if not m or m.group(2) in all_tokens or VERSION_TOKEN.fullmatch(m.group(2)):
+        return False
+    return m.group(1) == "-" or m.group(2) in VARIANT_WORDS
 
 
 def _is_latin(tok: str) -> bool:
@@ -157,6 +167,8 @@ def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str
     if all(t in got for t in required):
         if FAMILY.match(q, span[1]):  # "Mars 系列": the family, not one model
             return ProductMatch(name, FAMILY_SCORE, "family", span, got)
+        if _extends_model(q, span[1], all_tokens):
+            return ProductMatch(name, 0.0, "other-model", span, got)
         return ProductMatch(name, CONFIRM_SCORE, "full", span, got)
     # Partial or brand only: a different model word right after ("Milk-V Mars") rules it out.
     # After a line word ("myCobot", "Pi") a number is a model too; after a code it is a count or a size.
