@@ -10,7 +10,6 @@ import hashlib
 import re
 import shutil
 import threading
-import unicodedata
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from graphs.importing.archives import is_archive, unpack
-from graphs.importing.filetypes import DOCUMENT_KINDS, refusal
+from graphs.importing.filetypes import DOCUMENT_KINDS, refusal, shown_name
 from services.errors import FileProcessingError, ImportProcessError, ValidationError
 from services.object_store import get_object_store
 from services.settings import Settings
@@ -100,8 +99,7 @@ def safe_filename(raw: str | None) -> str:
     """A client's file name reduced to one harmless path segment: no directories (`../`, absolute,
     `C:\\`), no NUL or control characters, no leading dots; the extension is kept."""
     name = (raw or "").replace("\\", "/").rsplit("/", 1)[-1]
-    name = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C")  # NUL, controls, bidi marks
-    name = UNSAFE_CHARS.sub("_", name).strip().lstrip(".").strip()
+    name = UNSAFE_CHARS.sub("_", shown_name(name)).strip().lstrip(".").strip()
     stem, dot, suffix = name.rpartition(".")
     if not dot:
         stem, suffix = name, ""
@@ -112,11 +110,9 @@ def safe_filename(raw: str | None) -> str:
     return f"{stem}.{suffix}" if suffix else stem
 
 
-def display_filename(raw: str | None, safe: str) -> str:
-    """The name the user gave a file, as it is shown: no NUL, control or bidi characters (a
-    right-to-left override makes one name look like another); `safe` when nothing else is left."""
-    shown = " ".join("".join(ch for ch in (raw or "") if unicodedata.category(ch)[0] != "C").split())
-    return shown or safe
+def display_filename(raw: str | None) -> str:
+    """The name the user gave a file, as it is shown (see shown_name); its safe name when nothing else is left."""
+    return shown_name(raw or "") or safe_filename(raw)
 
 
 @dataclass(frozen=True)
@@ -242,7 +238,7 @@ class UploadStager:
         if self.files > MAX_FILES:
             raise UploadRejected(400, f"一次最多上传 {MAX_FILES} 个文件，本次超过了这个数，已停止接收。")
         name = safe_filename(raw_name)
-        display = display_filename(raw_name, name)
+        display = display_filename(raw_name)
         archive = is_archive(name)
         if not archive:
             try:
