@@ -29,7 +29,8 @@ def stored_images(store: ObjectStore) -> Router:
         try:
             data = await asyncio.to_thread(store.open_image, name)
         except MinioError as exc:
-            if getattr(exc.cause, "code", None) in NOT_FOUND_CODES or exc.cause is None:  # no such picture, or a name refused
+            # no such picture, or a name the store refuses outright (it never asked the server)
+            if exc.cause is None or getattr(exc.cause, "code", None) in NOT_FOUND_CODES:
                 return JSONResponse({"error": "图片不存在"}, status_code=404)
             return JSONResponse({"error": f"图片暂时无法读取：{exc.message}"}, status_code=503)
         return Response(data, media_type=content_type(name), headers={"Cache-Control": "private, max-age=3600"})

@@ -138,6 +138,24 @@ def test_a_client_that_hangs_up_mid_file_leaves_nothing(api_server, env, tmp_pat
         assert [wait_task(client, t)["status"] for t in reply.json()["task_ids"]] == ["completed"] * 3
 
 
+def test_a_form_that_is_not_the_upload_it_claims_is_refused_with_nothing_kept(api, env, tmp_path):
+    settings = env(DATA_DIR=str(tmp_path / "data"))
+    file_part = next(multipart(b"ok.md", 0)) + b"# ok\n\ntext\r\n"
+    end = b"--" + BOUNDARY + b"--\r\n"
+    field = b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="products"\r\n\r\n'
+    cases = {
+        "文件以外的字段合计超过了 256 KB 的上限": (413, file_part + field + b"x" * (300 * 1024) + b"\r\n" + end),
+        "文件应放在 files 字段中上传": (400, file_part.replace(b'name="files"', b'name="attachment"') + end),
+        "上传数据无法解析": (400, file_part + b"--" + BOUNDARY + b"\r\nContent-Disposition: form-data\r\n\r\nx\r\n" + end),
+    }
+    for message, (status, body) in cases.items():
+        reply = api.post("/api/upload", content=body, headers=MULTIPART)
+        assert reply.status_code == status and message in reply.json()["error"], reply.text
+    cut_short = api.post("/api/upload", content=file_part + b"--" + BOUNDARY[:4], headers=MULTIPART)
+    assert cut_short.status_code == 400 and "上传数据无法解析" in cut_short.json()["error"], cut_short.text
+    assert files_under(settings.data_dir / "uploads") == []
+
+
 @pytest.mark.parametrize("name, content, reason", [
     ("只有图片.md", "![](a.png)\n\n<img src='b.png'>\n", "没有任何文字内容"),
     ("坏掉的.pdf", "%PDF-1.4 这不是一个真正的 PDF", "PDF"),

@@ -230,3 +230,19 @@ def test_a_local_original_shares_the_uploaded_file_s_disk_blocks(tmp_path):
     discard([staged])  # the staged copy goes after the import; the original stays whole
     assert not staged.path.exists() and original.read_bytes() == body
     assert get_object_store(settings).open_original(staged.original_key) == body
+
+
+def test_pictures_of_an_unreachable_s3_are_503_not_404(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings = Settings(data_dir=tmp_path, minio_endpoint=f"127.0.0.1:{port}", minio_access_key="k",
+                        minio_secret_key="s")
+    server = UvicornThread(Starlette(routes=[images_mount(settings)]), "images")
+    url = f"http://127.0.0.1:{server.start()}/kb-files/upload-images/doc/a.png"
+    try:
+        reply = httpx.get(url, headers=auth_header(), timeout=30)
+        assert reply.status_code == 503 and "图片暂时无法读取" in reply.json()["error"], reply.text
+        assert httpx.get(url, timeout=30).status_code == 401
+    finally:
+        server.stop()
