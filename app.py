@@ -14,15 +14,11 @@ from chainlit.data import get_data_layer
 from chainlit.server import app as chainlit_app
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import Mount
-from starlette.staticfiles import StaticFiles
 
 from api import HeadAsGet, SameOrigin, mount_api
-from api.auth import SignedInOnly
 from graphs.importing import (
     MAX_FILES, accepted_labels, catalog, picker_accept, start_in_app_worker, stop_in_app_workers,
 )
-from services.object_store import IMAGES_PREFIX, LOCAL_URL_PREFIX, local_images_root
 from services.settings import get_settings
 from ui import access, attachments, chat, knowledge, sources
 from ui.auth import LoginAddress, announce_admin_password, check_login, ensure_auth_secret, login_address
@@ -51,12 +47,7 @@ config.features.spontaneous_file_upload.max_size_mb = settings.max_upload_mb
 config.features.spontaneous_file_upload.max_files = MAX_FILES  # a documentation site's pages, as one set
 config.features.spontaneous_file_upload.accept = picker_accept()  # the one list of accepted types
 
-# Chainlit's catch-all GET route shadows routes added after it: the image route goes first.
-images_root = local_images_root(settings)
-images_root.mkdir(parents=True, exist_ok=True)
-# Pictures of documents are for signed-in users (the login cookie, or an API key), like the answers they belong to.
-chainlit_app.router.routes.insert(0, Mount(f"{LOCAL_URL_PREFIX}/{IMAGES_PREFIX}",
-                                           app=SignedInOnly(StaticFiles(directory=images_root)), name="kb-images"))
+# ahead of Chainlit's catch-all GET route: the API, and the pictures of documents (for signed-in users)
 mount_api(chainlit_app)
 attachments.refuse_empty_attachments(chainlit_app)
 # Chainlit allows every origin, with credentials: only the origins set in CORS_ORIGINS may call from other sites.

@@ -1,4 +1,5 @@
-"""HTTP API of 掌柜智库 under `/api`: upload / status / query / stream / history / health.
+"""HTTP API of 掌柜智库 under `/api`: upload / status / query / stream / history / health, and the
+pictures its answers link to (api/images.py).
 
 `mount_api(app)` adds it to any FastAPI app (the Chainlit server's, ahead of Chainlit's catch-all
 route); `create_app()` is a standalone app with only the API (tests, load bench).
@@ -10,6 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.catalog import router as catalog_router
+from api.images import images_mount
 from api.middleware import HeadAsGet, SameOrigin
 from api.routes import ApiRuntime, fallback, router
 from graphs.importing import start_in_app_worker, stop_in_app_workers
@@ -19,7 +21,8 @@ __all__ = ["HeadAsGet", "SameOrigin", "create_app", "mount_api"]
 
 
 def mount_api(app: FastAPI) -> None:
-    """Add the /api routes in front of the routes `app` already has (a catch-all GET among them)."""
+    """Add the /api routes and the pictures' route in front of the routes `app` already has (a
+    catch-all GET among them)."""
     if getattr(app.state, "zgzk_api", None) is not None:
         return
     app.state.zgzk_api = ApiRuntime()
@@ -27,6 +30,7 @@ def mount_api(app: FastAPI) -> None:
     app.include_router(router)
     app.include_router(catalog_router)
     app.include_router(fallback)  # last: it answers every /api path no other route took
+    app.router.routes.append(images_mount(get_settings()))
     added = [route for route in app.router.routes if route not in before]
     app.router.routes[:] = added + before
 

@@ -18,6 +18,12 @@ class ErrorBody(BaseModel):
     node: str | None = Field(None, description="回答失败时：出错的节点")
 
 
+class UploadForm(BaseModel):
+    """The form fields of POST /api/upload beside its files."""
+    product: str | None = Field(None, max_length=200, description="指定商品名（覆盖自动识别）")
+    products: str | None = Field(None, max_length=20000, description='每个文件的产品：JSON 对象 {"文件名": "产品名"}')
+
+
 class UploadResponse(BaseModel):
     task_ids: list[str] = Field(description="每份文档一个导入任务，顺序与上传顺序相同；压缩包里的每份文档各一个")
     files: list[str] = Field(default_factory=list, description="与 task_ids 一一对应的文件名（压缩包里的文档带上它在包内的路径）")

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from typing import Annotated, AsyncIterator
 
-from fastapi import APIRouter, Depends, File, Form, Header, HTTPException, Path, Query, Request, UploadFile
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from api import sse
 from api.auth import current_user, require_editor
@@ -18,9 +18,9 @@ from api.models import (
     TaskStatus, UploadResponse,
 )
 from api.runs import QueryRuns, ServerBusy, SessionBusy
-from api.uploads import upload_body_limit, upload_part_limit
+from api.uploads import receive_upload, upload_body_limit, upload_schema
 from graphs.importing import (
-    UploadRejected, accepted_extensions, accepted_labels, discard, enqueue_set, queued_part, stage_uploads,
+    StagedBatch, UploadRejected, accepted_labels, discard, enqueue_set, queued_part,
 )
 from services.accounts import Identity
 from services.errors import StorageError
@@ -62,19 +62,22 @@ protected = APIRouter(dependencies=[Depends(current_user)], route_class=ApiRoute
 
 
 @protected.post("/upload", response_model=UploadResponse, summary=f"上传说明书（{accepted_labels()}），后台导入",
-                description=UPLOAD_DESCRIPTION)
-@body_limit(upload_body_limit, upload_part_limit)
-def upload(user: Editor, files: Annotated[list[UploadFile], File(description="一个或多个文件：" + "、".join(accepted_extensions()))],
-           product: Annotated[str | None, Form(max_length=200, description="指定商品名（覆盖自动识别）")] = None,
-           products: Annotated[str | None, Form(max_length=20000, description='每个文件的产品：JSON 对象 {"文件名": "产品名"}')] = None):
+                description=UPLOAD_DESCRIPTION, openapi_extra={"requestBody": upload_schema()})
+@body_limit(upload_body_limit)
+async def upload(request: Request, user: Editor):
     try:
-        per_file = parse_products(products)
-        staged = stage_uploads([(f.filename, f.file) for f in files], get_settings())
+        staged, product, per_file = await receive_upload(request, get_settings())
     except UploadRejected as exc:
         return error_response(exc.status, exc.message)
+    except ClientDisconnect:  # nobody reads this answer; what had arrived is gone already
+        return error_response(400, "上传中断：连接已断开，已收到的部分没有保留。")
+    return await asyncio.to_thread(_enqueue, staged, product, per_file, user)
+
+
+def _enqueue(staged: StagedBatch, product: str | None, per_file: dict[str, str], user: Identity):
     try:
         by_name = {str(s.path): per_file[s.display_name] for s in staged if s.display_name in per_file}
-        task_ids = enqueue_set(staged, (product or "").strip() or None, by_name, updated_by=user.name)
+        task_ids = enqueue_set(staged, product, by_name, updated_by=user.name)
         return {"task_ids": task_ids, "files": [s.display_name for s in staged], "notes": staged.notes}
     except StorageError as exc:
         queued = queued_part(exc)  # a set that broke off part way: the queued files go on
@@ -183,20 +186,6 @@ def _own(session_id: str, user: Identity) -> None:
 async def health():
     report = await health_report(get_settings())
     return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
-
-
-def parse_products(raw: str | None) -> dict[str, str]:
-    """The `products` form field: {file name: product}."""
-    if not raw:
-        return {}
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) and v.strip()
-                                             for k, v in data.items()):
-        raise UploadRejected(400, 'products 应为 JSON 对象：{"文件名": "产品名"}')
-    return {k: " ".join(v.split()) for k, v in data.items()}
 
 
 def storage(read):

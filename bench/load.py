@@ -96,13 +96,16 @@ class RssSampler(threading.Thread):
         return self.peak
 
 
+SERVER_USER = "bench"  # the one API user of a Server (its key is the caller's)
+
+
 class Server:
     """`uvicorn api:create_app --factory` as a child process with its own embedded stores."""
 
     def __init__(self, data_dir: Path, api_key: str, model_base: str | None):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "DATA_DIR": str(data_dir), "API_KEYS": f"bench:{api_key}", "MILVUS_URL": "", "MONGO_URL": "",
+        self.env = {**os.environ, "DATA_DIR": str(data_dir), "API_KEYS": f"{SERVER_USER}:{api_key}", "MILVUS_URL": "", "MONGO_URL": "",
                     "MINIO_ENDPOINT": "", "MCP_DASHSCOPE_BASE_URL": "", "MINERU_API_TOKEN": "",
                     "OPENAI_API_KEY": "bench-key" if model_base else "", "OPENAI_API_BASE": model_base or "",
                     # the scripted vision model needs no rate limit; a real one's would dominate import time

@@ -31,7 +31,7 @@ import httpx
 from bench.chat_app import ChatApp
 from bench.cluster import free_port
 from bench.common import BenchError, isolated_data_dir, run_cli
-from bench.load import Server, sse_messages, upload, wait_tasks
+from bench.load import SERVER_USER, Server, sse_messages, upload, wait_tasks
 from bench.shared import CORPUS
 from graphs.importing import enqueue_set, stage_uploads
 from services.accounts import ensure_admin_password, password_identity
@@ -395,7 +395,8 @@ def _poison_tasks(work: Path) -> list[str]:
         ids = []
         for path in (CORPUS / "btt-skr-mini-e3" / "BTT SKR MINI E3 V3.0使用手册.pdf", broken_pdf(work / "held.pdf", 1)):
             with path.open("rb") as stream:
-                ids += enqueue_set(stage_uploads([(path.name, stream)], settings))
+                # as the server's user: a task's status is for its uploader
+                ids += enqueue_set(stage_uploads([(path.name, stream)], settings), updated_by=SERVER_USER)
         get_task_store(settings).claim(ids[1], 0.01)
         return ids
     finally:

@@ -1,8 +1,10 @@
-"""Object storage for document images (public-read) and uploaded originals (private).
+"""Object storage for document images and uploaded originals, both private to the app.
 
 Two backends with one interface:
-- "minio": any S3 server through the `minio` SDK, used when settings.minio_endpoint is set;
-- "local": plain files under {data_dir}/objects/{bucket}/, served by the app at LOCAL_URL_PREFIX.
+- "minio": any S3 server through the `minio` SDK, used when settings.minio_endpoint is set; the
+  bucket allows no anonymous reads;
+- "local": plain files under {data_dir}/objects/{bucket}/.
+Either way the app serves the images at LOCAL_URL_PREFIX, to signed-in users (api/images.py).
 
 Nothing connects at import time; an unreachable server raises MinioError when used.
 """
@@ -63,7 +65,7 @@ def _original_name(local_path: Path, doc_key: str) -> str:
     return _originals_prefix(doc_key) + "/".join(_segments(Path(local_path).name, "文件名"))
 
 
-def _content_type(name: str) -> str:
+def content_type(name: str) -> str:
     return mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 
@@ -75,12 +77,12 @@ def _require_file(local_path: Path) -> Path:
 
 
 class ObjectStore:
-    """Interface shared by both backends; URLs returned for images load in a browser without credentials."""
+    """Interface shared by both backends; URLs returned for images are the app's own (LOCAL_URL_PREFIX)."""
 
     backend: str = ""
 
     def upload_image(self, doc_key: str, local_path: Path) -> str:
-        """Store an image under upload-images/{doc_key}/ and return its public URL."""
+        """Store an image under upload-images/{doc_key}/ and return the app's URL for it."""
         path = _require_file(local_path)
         name = _image_name(doc_key, path)
         self._put(name, path)
@@ -113,7 +115,7 @@ class ObjectStore:
         return self._get("/".join(_segments(object_name, "对象名")))
 
     def object_url(self, object_name: str) -> str:
-        raise NotImplementedError
+        return f"{LOCAL_URL_PREFIX}/{quote(object_name)}"
 
     def ping(self) -> bool:
         raise NotImplementedError
@@ -150,9 +152,6 @@ class LocalObjectStore(ObjectStore):
 
     def __init__(self, settings: Settings):
         self.root = local_objects_root(settings)
-
-    def object_url(self, object_name: str) -> str:
-        return f"{LOCAL_URL_PREFIX}/{quote(object_name)}"
 
     def ping(self) -> bool:
         try:
@@ -200,17 +199,33 @@ class LocalObjectStore(ObjectStore):
         return count
 
 
-def _public_read_policy(bucket: str) -> str:
-    # only the images prefix is anonymous-readable; originals stay private
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Effect": "Allow",
-            "Principal": {"AWS": ["*"]},
-            "Action": ["s3:GetObject"],
-            "Resource": [f"arn:aws:s3:::{bucket}/{IMAGES_PREFIX}/*"],
-        }],
-    })
+def _anonymous(statement: dict) -> bool:
+    principal = statement.get("Principal")
+    if isinstance(principal, dict):
+        principal = principal.get("AWS")
+    return principal == "*" or (isinstance(principal, list) and "*" in principal)
+
+
+def _close_to_anonymous(client, bucket: str) -> None:
+    """Take out of the bucket's policy every statement that lets anyone in without credentials (a
+    public-read images prefix among them): pictures go through the app, to signed-in users only."""
+    from minio.error import S3Error
+
+    try:
+        policy = json.loads(client.get_bucket_policy(bucket))
+    except S3Error as exc:
+        if exc.code == "NoSuchBucketPolicy":
+            return
+        raise
+    statements = policy.get("Statement") or []
+    statements = [statements] if isinstance(statements, dict) else statements
+    kept = [s for s in statements if not _anonymous(s)]
+    if len(kept) == len(statements):
+        return
+    if kept:
+        client.set_bucket_policy(bucket, json.dumps({**policy, "Statement": kept}))
+    else:
+        client.delete_bucket_policy(bucket)
 
 
 class MinioObjectStore(ObjectStore):
@@ -247,17 +262,12 @@ class MinioObjectStore(ObjectStore):
             try:
                 if not client.bucket_exists(self.bucket):
                     client.make_bucket(self.bucket)
-                client.set_bucket_policy(self.bucket, _public_read_policy(self.bucket))
+                _close_to_anonymous(client, self.bucket)
             except Exception as exc:
                 raise MinioError(f"无法连接对象存储 {self.endpoint} 或初始化存储桶 {self.bucket}：{exc}",
                                  cause=exc) from exc
             self._client = client
             return client
-
-    def object_url(self, object_name: str) -> str:
-        # built by hand: SDK helpers would encode a stray backslash as %5C
-        scheme = "https" if self.secure else "http"
-        return f"{scheme}://{self.endpoint}/{self.bucket}/{quote(object_name)}"
 
     def ping(self) -> bool:
         try:
@@ -268,7 +278,7 @@ class MinioObjectStore(ObjectStore):
     def _put(self, name: str, path: Path, share: bool = False) -> None:
         client = self._connect()
         try:
-            client.fput_object(self.bucket, name, str(path), content_type=_content_type(name))
+            client.fput_object(self.bucket, name, str(path), content_type=content_type(name))
         except Exception as exc:
             raise MinioError(f"上传到对象存储失败：{name}：{exc}", cause=exc) from exc
 

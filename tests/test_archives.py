@@ -233,6 +233,35 @@ def test_the_api_refuses_a_hostile_archive_with_nothing_left(api, data, tmp_path
     assert left_behind() == [] and get_vector_store().count() == 0
 
 
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"
+
+
+def _hidden(text: str) -> list[str]:
+    """The control and bidi characters in `text`."""
+    return [ch for ch in text if ch in BIDI or ord(ch) < 0x20 or 0x7f <= ord(ch) < 0xa0]
+
+
+def test_entry_and_archive_names_are_shown_without_bidi_or_control_characters(api, data, tmp_path):
+    members = {"docs/说明\u202etxt.md": f"# {HUB}\n\n{FILLER}".encode(),
+               "docs/\u2067发票\u2069\u200f.exe": b"MZ", "docs/a\x85b\x1b.css": b"x"}
+    archive = zip_of(tmp_path / "site.zip", members)
+    reply = api.post("/api/upload", files=[("files", ("站点\u202egpj.zip", archive.read_bytes(), "application/zip"))])
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["files"] == ["docs/说明txt.md"]
+    assert body["notes"][0].startswith("📦 《站点gpj.zip》：1 份文档")
+    assert "docs/发票.exe" in body["notes"][0] and "docs/ab.css" in body["notes"][0], body["notes"]
+    assert _hidden(json.dumps(body, ensure_ascii=False)) == []
+    assert wait_task(api, body["task_ids"][0])["status"] == "completed"
+    assert [d["file_name"] for d in api.get("/api/documents").json()] == ["docs/说明txt.md"]
+    # a refusal names the entry it refuses the same way
+    before = left_behind()
+    hostile = zip_of(tmp_path / "hostile.zip", {"ok.md": f"# {HUB}\n\n{FILLER}".encode(), "\u202e../../x.md": b"# x"})
+    refused = api.post("/api/upload", files=[("files", ("hostile.zip", hostile.read_bytes(), "application/zip"))])
+    assert refused.status_code == 400 and "“../../x.md”含有“..”" in refused.json()["error"], refused.text
+    assert left_behind() == before
+
+
 def test_the_openapi_schema_documents_archives(api):
     upload = api.get("/openapi.json").json()["paths"]["/api/upload"]["post"]
     assert "压缩包" in upload["summary"] and "ARCHIVE_MAX_MB" in upload["description"]

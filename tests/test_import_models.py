@@ -16,8 +16,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from starlette.applications import Starlette
 
-from conftest import CORPUS
+from api.images import images_mount
+from conftest import CORPUS, auth_header
+from fakes._http import UvicornThread
 from fakes.mineru_server import FAILED_MSG, FakeMinerU
 from fakes.openai_server import ScriptedOpenAI
 from fakes.s3_server import INSTALL_HINT, S3ServerError, missing_binaries, start_radosgw
@@ -389,21 +392,28 @@ def test_images_go_to_s3_and_reimport_cleans_the_prefix(env, fresh_data, s3_serv
     result = run_import(md)
     assert result.status == "completed" and result.images_uploaded == 3
     content = "\n".join(c["content"] for c in doc_chunks(result.doc_id))
-    urls = sorted(set(re.findall(r"\]\((http://[^)]+)\)", content)))
+    urls = sorted(set(re.findall(r"\]\((/kb-files/upload-images/[^)]+)\)", content)))
     assert len(urls) == 2  # two distinct image files
-    for url in urls:
-        assert url.startswith(f"http://{endpoint}/{bucket}/upload-images/")
-        response = httpx.get(url, timeout=10)  # anonymous, as a browser
-        assert response.status_code == 200
-        assert response.content == (tmp_path / Path(url).name).read_bytes()
+    server = UvicornThread(Starlette(routes=[images_mount(settings)]), "images")  # the app's pictures route
+    app = f"http://127.0.0.1:{server.start()}"
+    try:
+        for url in urls:
+            response = httpx.get(app + url, headers=auth_header(), timeout=10)  # a signed-in user
+            assert response.status_code == 200
+            assert response.content == (tmp_path / Path(url).name).read_bytes()
+            assert httpx.get(app + url, timeout=10).status_code == 401
+            # the bucket itself lets nobody in without credentials
+            assert httpx.get(f"http://{endpoint}/{bucket}/{url.removeprefix('/kb-files/')}", timeout=10).status_code == 403
 
-    objects = get_object_store(settings)
-    stale = objects.upload_image(result.doc_key, SIPEED_IMAGES / "mf0_pin_map.png")
-    assert httpx.get(stale, timeout=10).status_code == 200
-    again = run_import(md)
-    assert again.status == "completed" and again.doc_key == result.doc_key
-    assert httpx.get(stale, timeout=10).status_code in (403, 404)  # cleaned before re-upload
-    assert all(httpx.get(url, timeout=10).status_code == 200 for url in urls)
+        objects = get_object_store(settings)
+        stale = objects.upload_image(result.doc_key, SIPEED_IMAGES / "mf0_pin_map.png")
+        assert httpx.get(app + stale, headers=auth_header(), timeout=10).status_code == 200
+        again = run_import(md)
+        assert again.status == "completed" and again.doc_key == result.doc_key
+        assert httpx.get(app + stale, headers=auth_header(), timeout=10).status_code == 404  # cleaned before re-upload
+        assert all(httpx.get(app + url, headers=auth_header(), timeout=10).status_code == 200 for url in urls)
+    finally:
+        server.stop()
     assert not (get_settings().data_dir / "objects").exists()  # nothing went to the local store
 
 

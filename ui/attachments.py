@@ -15,7 +15,7 @@ from fastapi import FastAPI, HTTPException, UploadFile
 from fastapi.routing import APIRoute
 
 from graphs.importing import (
-    StagedBatch, StagedFile, UploadRejected, discard, enqueue_set, queued_part, stage_uploads,
+    StagedBatch, StagedFile, UploadRejected, discard, display_filename, enqueue_set, queued_part, stage_uploads,
 )
 from services.errors import ImportProcessError, StorageError
 from services.settings import get_settings
@@ -77,12 +77,12 @@ async def stage_all(files: list) -> tuple[list[StagedFile], dict[str, FileView]]
     """Each file staged on its own: a refused one says why and the others still import."""
     staged, views = [], {}
     for f in files:
-        view = FileView(f.name)
+        view = FileView(display_filename(f.name))
         await view.show()
         try:
             batch = await asyncio.to_thread(stage_attachment, Path(f.path), f.name)
         except (UploadRejected, ImportProcessError) as exc:  # type, size, empty: refused before the graph ran
-            await view.fail(f"❌ 《{f.name}》无法导入：{exc.message}")
+            await view.fail(f"❌ 《{view.name}》无法导入：{exc.message}")
             continue
         except Exception as exc:
             log.exception("staging %s crashed", f.name)

@@ -7,7 +7,7 @@ return task ids.
 """
 from graphs.importing.chunking import PATH_SEP
 from graphs.importing.files import (
-    MAX_FILES, SUPPORTED, StagedBatch, StagedFile, UploadRejected, discard, doc_identity, iter_import_files, safe_filename,
+    MAX_FILES, SUPPORTED, StagedBatch, StagedFile, UploadRejected, UploadStager, discard, display_filename, doc_identity, iter_import_files, safe_filename,
     stage_uploads, validate_file,
 )
 from graphs.importing import catalog
@@ -20,7 +20,7 @@ from graphs.importing.jobs import (
 
 __all__ = [
     "catalog", "accepted_extensions", "accepted_labels", "picker_accept",
-    "MAX_FILES", "PATH_SEP", "SUPPORTED", "ImportResult", "StagedBatch", "StagedFile", "UploadRejected", "discard", "doc_identity",
+    "MAX_FILES", "PATH_SEP", "SUPPORTED", "ImportResult", "StagedBatch", "StagedFile", "UploadRejected", "UploadStager", "discard", "display_filename", "doc_identity",
     "import_set", "iter_import_files", "run_import", "safe_filename", "stage_uploads", "validate_file",
     "enqueue_reimport", "enqueue_reindex", "enqueue_set", "queued_part", "hand_on_expired", "run_worker",
     "start_in_app_worker", "stop_in_app_workers",

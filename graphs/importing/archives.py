@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable, Iterator
 
-from graphs.importing.filetypes import ARCHIVE_EXTENSIONS, DOCUMENT_KINDS, accepted_labels, extension_of, file_type
+from graphs.importing.filetypes import (
+    ARCHIVE_EXTENSIONS, DOCUMENT_KINDS, accepted_labels, extension_of, file_type, shown_name,
+)
 from services.errors import ValidationError
 
 CHUNK = 1024 * 1024
@@ -111,10 +113,10 @@ class Unpacker:
         """The entry's path segments, or a refusal when it would leave the archive's folder."""
         name = raw.replace("\\", "/")
         if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
-            raise self.refuse(f"其中的“{raw[:80]}”是绝对路径，会写到压缩包以外。")
+            raise self.refuse(f"其中的“{shown_name(raw)[:80]}”是绝对路径，会写到压缩包以外。")
         segments = [s for s in name.split("/") if s not in ("", ".")]
         if ".." in segments:
-            raise self.refuse(f"其中的“{raw[:80]}”含有“..”，会写到压缩包以外。")
+            raise self.refuse(f"其中的“{shown_name(raw)[:80]}”含有“..”，会写到压缩包以外。")
         return segments
 
     def count_entry(self, entry: Entry) -> None:
@@ -127,7 +129,7 @@ class Unpacker:
 
     def add(self, entry: Entry) -> None:
         segments = self.parts(entry.name)
-        shown = "/".join(segments)
+        shown = shown_name("/".join(segments))  # how the summary names it
         if not segments or entry.kind == "dir" or any(s in NOISE or s.startswith(".") for s in segments):
             return
         if entry.kind == "link":

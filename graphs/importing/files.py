@@ -9,15 +9,15 @@ import errno
 import hashlib
 import re
 import shutil
-import unicodedata
+import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
 from graphs.importing.archives import is_archive, unpack
-from graphs.importing.filetypes import DOCUMENT_KINDS, refusal
+from graphs.importing.filetypes import DOCUMENT_KINDS, refusal, shown_name
 from services.errors import FileProcessingError, ImportProcessError, ValidationError
 from services.object_store import get_object_store
 from services.settings import Settings
@@ -64,10 +64,16 @@ def doc_identity(path: Path, doc_key: str | None = None) -> tuple[str, str]:
 def validate_file(path: Path, max_mb: int) -> str:
     """The file's type (a SUPPORTED value), or a ValidationError saying in Chinese what is wrong."""
     size = checked_size(path)
-    kind = SUPPORTED.get(path.suffix.lower())
-    if kind is None:
-        raise ValidationError(refusal(path.name))
+    kind = file_kind(path.name)
     check_size(path.name, size, max_mb)
+    return kind
+
+
+def file_kind(name: str) -> str:
+    """The type of a file so named (a SUPPORTED value), or a ValidationError saying why it is not imported."""
+    kind = SUPPORTED.get(Path(name).suffix.lower())
+    if kind is None:
+        raise ValidationError(refusal(name))
     return kind
 
 
@@ -93,8 +99,7 @@ def safe_filename(raw: str | None) -> str:
     """A client's file name reduced to one harmless path segment: no directories (`../`, absolute,
     `C:\\`), no NUL or control characters, no leading dots; the extension is kept."""
     name = (raw or "").replace("\\", "/").rsplit("/", 1)[-1]
-    name = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C")  # NUL, controls, bidi marks
-    name = UNSAFE_CHARS.sub("_", name).strip().lstrip(".").strip()
+    name = UNSAFE_CHARS.sub("_", shown_name(name)).strip().lstrip(".").strip()
     stem, dot, suffix = name.rpartition(".")
     if not dot:
         stem, suffix = name, ""
@@ -105,11 +110,9 @@ def safe_filename(raw: str | None) -> str:
     return f"{stem}.{suffix}" if suffix else stem
 
 
-def display_filename(raw: str | None, safe: str) -> str:
-    """The name the user gave a file, as it is shown: no NUL, control or bidi characters (a
-    right-to-left override makes one name look like another); `safe` when nothing else is left."""
-    shown = " ".join("".join(ch for ch in (raw or "") if unicodedata.category(ch)[0] != "C").split())
-    return shown or safe
+def display_filename(raw: str | None) -> str:
+    """The name the user gave a file, as it is shown (see shown_name); its safe name when nothing else is left."""
+    return shown_name(raw or "") or safe_filename(raw)
 
 
 @dataclass(frozen=True)
@@ -197,47 +200,104 @@ def _unpack_archive(archive: Path, folder: Path, display: str, settings: Setting
     return received
 
 
-def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) -> StagedBatch:
-    """Save every file under {DATA_DIR}/uploads/YYYYMMDD/{task_id}/{name}, check it and store its
-    original; all files are accepted or none (nothing is left behind). An archive (.zip / .tar.gz)
-    is unpacked into its task folder and stands for the pages and manuals in it."""
-    if len(files) > MAX_FILES:
-        raise UploadRejected(400, f"一次最多上传 {MAX_FILES} 个文件，本次收到 {len(files)} 个。")
-    day = datetime.now().strftime("%Y%m%d")
-    created: list[Path] = []
-    notes: list[str] = []
-    received: list[tuple[str, str, Path, str, tuple[str, ...], str]] = []
-    try:
-        for raw_name, stream in files:
-            task_id = uuid.uuid4().hex
-            folder = settings.data_dir / "uploads" / day / task_id
-            name = safe_filename(raw_name)
-            display = display_filename(raw_name, name)
-            archive = is_archive(name)
-            # an archive arrives beside the folder it is unpacked into
-            target = _target(folder.parent, f"{task_id}-{name}") if archive else _target(folder, name)
+class UploadStager:
+    """One upload being received, file by file: each file is written once, straight to where it is
+    imported from ({DATA_DIR}/uploads/YYYYMMDD/{task_id}/{name}), its bytes counted as they arrive,
+    so no file and no upload ever takes more disk than the limits allow. All files are accepted or
+    none: leaving the `with` block by an exception (a refusal, a dropped connection) removes
+    everything written so far. An archive (.zip / .tar.gz) is unpacked into its task folder and
+    stands for the pages and manuals in it.
+
+    A file is `begin` (its name), `write` (its bytes, in blocks), `end`; `stage` then stores the
+    originals and returns the batch. Safe to `discard` from another thread while a write runs: a
+    file written after that is refused."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.max_bytes = settings.max_upload_mb * 1024 * 1024
+        self.day = datetime.now().strftime("%Y%m%d")
+        self.files = 0
+        self.notes: list[str] = []
+        self._created: list[Path] = []
+        self._received: list[tuple[str, str, Path, str, tuple[str, ...], str]] = []
+        self._current: _Incoming | None = None
+        self._lock = threading.Lock()
+        self._discarded = False
+
+    def __enter__(self) -> "UploadStager":
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if kind is not None:
+            self.discard()
+
+    def begin(self, raw_name: str | None) -> None:
+        """A new file named `raw_name` by the client: refused before any of its bytes when it is one too
+        many or of a type that is never imported."""
+        self.files += 1
+        if self.files > MAX_FILES:
+            raise UploadRejected(400, f"一次最多上传 {MAX_FILES} 个文件，本次超过了这个数，已停止接收。")
+        name = safe_filename(raw_name)
+        display = display_filename(raw_name)
+        archive = is_archive(name)
+        if not archive:
+            try:
+                file_kind(name)
+            except ValidationError as exc:
+                raise UploadRejected(400, exc.message) from exc
+        task_id = uuid.uuid4().hex
+        folder = self.settings.data_dir / "uploads" / self.day / task_id
+        # an archive arrives beside the folder it is unpacked into
+        target = _target(folder.parent, f"{task_id}-{name}") if archive else _target(folder, name)
+        with self._lock:
+            if self._discarded:
+                raise UploadRejected(400, "上传已取消。")
             folder.parent.mkdir(parents=True, exist_ok=True)
             if not archive:
                 folder.mkdir(exist_ok=False)
-            created.append(folder)
-            created.append(target)
-            digest = hashlib.sha256()
-            with target.open("xb") as out:
-                while block := stream.read(1024 * 1024):
-                    digest.update(block)
-                    out.write(block)
-            try:
-                if archive:
-                    check_size(display, target.stat().st_size, settings.max_upload_mb)
-                    received += _unpack_archive(target, folder, display, settings, notes)
-                    continue
-                validate_file(target, settings.max_upload_mb)
-            except ImportProcessError as exc:
-                raise UploadRejected(400, exc.message) from exc
-            received.append((task_id, display, target, digest.hexdigest(), client_folders(raw_name), ""))
-        store = get_object_store(settings)
-        staged = StagedBatch(notes=notes)
-        for task_id, shown, target, digest, carried, archive_folder in received:
+            self._created += [folder, target]
+            self._current = _Incoming(task_id, raw_name, display, folder, target, archive, target.open("xb"))
+
+    def write(self, block: bytes) -> None:
+        current = self._current
+        if current.size + len(block) > self.max_bytes:  # refused before the block that would pass the limit
+            raise UploadRejected(413, f"文件“{current.display}”太大：单个文件超过了 {self.settings.max_upload_mb} MB "
+                                      "的上限，已停止接收。")
+        with self._lock:
+            if self._discarded:
+                raise UploadRejected(400, "上传已取消。")
+            current.out.write(block)
+        current.size += len(block)
+        current.digest.update(block)
+
+    def end(self) -> None:
+        """The file is complete: checked (an empty one is refused), an archive unpacked."""
+        current, self._current = self._current, None
+        current.out.close()
+        try:
+            if current.archive:
+                check_size(current.display, current.size, self.settings.max_upload_mb)
+                self._received += _unpack_archive(current.target, current.folder, current.display,
+                                                  self.settings, self.notes)
+                return
+            validate_file(current.target, self.settings.max_upload_mb)
+        except ImportProcessError as exc:
+            raise UploadRejected(400, exc.message) from exc
+        self._received.append((current.task_id, current.display, current.target, current.digest.hexdigest(),
+                               client_folders(current.raw_name), ""))
+
+    def receive(self, raw_name: str | None, stream: BinaryIO) -> None:
+        """A whole file from an open stream (a file already on disk, such as a chat attachment)."""
+        self.begin(raw_name)
+        while block := stream.read(1024 * 1024):
+            self.write(block)
+        self.end()
+
+    def stage(self) -> StagedBatch:
+        """Store every received file's original; the batch, ready to be queued."""
+        store = get_object_store(self.settings)
+        staged = StagedBatch(notes=self.notes)
+        for task_id, shown, target, digest, carried, archive_folder in self._received:
             # an archive's page is named by its place in the archive: two `index.md` stay two documents
             key_name = shown if archive_folder else target.name
             doc_key = f"upload:{key_name}:{digest}"
@@ -247,14 +307,41 @@ def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) 
                 raise UploadRejected(503, f"原件保存失败，没有开始导入：{exc.message}") from exc
             staged.append(StagedFile(task_id, target.name, shown, target, doc_key, digest, original, carried,
                                      archive_folder))
-    except BaseException:
-        for path in created:
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-        raise
-    return staged
+        return staged
+
+    def discard(self) -> None:
+        """Remove everything this upload wrote."""
+        with self._lock:
+            self._discarded = True
+            if self._current is not None:
+                self._current.out.close()
+            for path in self._created:
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+
+
+@dataclass
+class _Incoming:
+    """The file an UploadStager is receiving."""
+    task_id: str
+    raw_name: str | None
+    display: str
+    folder: Path
+    target: Path
+    archive: bool
+    out: BinaryIO
+    size: int = 0
+    digest: "hashlib._Hash" = field(default_factory=hashlib.sha256)
+
+
+def stage_uploads(files: list[tuple[str | None, BinaryIO]], settings: Settings) -> StagedBatch:
+    """Files from open streams, kept for import as one upload (see UploadStager)."""
+    with UploadStager(settings) as stager:
+        for raw_name, stream in files:
+            stager.receive(raw_name, stream)
+        return stager.stage()
 
 
 def discard(staged: list[StagedFile]) -> None:

@@ -5,6 +5,7 @@ README's table are all made from FILE_TYPES, so adding a type here adds it every
 """
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 # Where a kind goes first in the import graph ("" for archives: they are unpacked before any import).
@@ -53,6 +54,12 @@ def extension_of(name: str) -> str:
             return ext
     dot = lower.rfind(".")
     return lower[dot:] if dot > 0 else ""
+
+
+def shown_name(raw: str) -> str:
+    """A file name as people see it: no NUL, control, format or bidi characters (a right-to-left
+    override makes "invoice\u202egpj.md" read as "invoicedm.jpg"), each run of white space one space."""
+    return " ".join("".join(ch for ch in raw if unicodedata.category(ch)[0] != "C").split())
 
 
 def file_type(name: str) -> FileType | None:
