@@ -45,7 +45,10 @@ def watch(task_ids: list[str], timeout: float = 180) -> tuple[dict[str, dict], l
     tasks, seen = get_task_store(), []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        now = {t: tasks.get(t) for t in task_ids}
+        # one read of the store per poll: tasks read one by one could show one ending and the next
+        # starting as if both ran at once
+        listed = {t["task_id"]: t for t in tasks.list(limit=1000)}
+        now = {t: listed[t] for t in task_ids}
         seen.append({t: task["status"] for t, task in now.items()})
         if all(task["status"] in ("completed", "failed") for task in now.values()):
             return now, seen
