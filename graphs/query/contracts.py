@@ -15,6 +15,9 @@ from graphs.base import NodeLogEntry
 from services.hits import Hit
 
 
+Scores = dict[str, float]        # product -> the score that decided it
+
+
 class Options(TypedDict, total=False):
     web_search: bool             # search the web beside the manuals (when a search backend is set)
     hyde: bool                   # also search with a model-written answer-like passage (HyDE)
@@ -36,7 +39,7 @@ class Turn(TypedDict, total=False):
 class Decision(TypedDict):
     """How the product was decided, as the state and the final event keep it."""
     method: str                  # "pinned" | "lexical" | "llm+lexical" | "history" | "evidence"
-    scores: dict[str, float]     # product -> the score that decided it (rounded to 4 places)
+    scores: Scores               # rounded to 4 places
 
 
 @dataclass
@@ -45,7 +48,7 @@ class ProductDecision:
     branch: Literal["confirmed", "ask", "refuse"]
     rewritten_query: str         # the question as retrieval will ask it (standalone, after the rewrite)
     method: str                  # see `Decision.method`
-    scores: dict[str, float]     # product -> score, unrounded
+    scores: Scores               # unrounded
     products: list[str] = field(default_factory=list)    # branch A: the products asked about
     candidates: list[str] = field(default_factory=list)  # branch B: the buttons to choose from
     held: list[str] = field(default_factory=list)        # branch C, an unknown model: its family's products held
