@@ -208,6 +208,21 @@ class FinalEvent(TypedDict, total=False):
 Event = NodeEvent | DeltaEvent | ErrorEvent | FinalEvent
 
 
+class RunEvents(TypedDict):
+    events: list[Event]          # what the run yielded before its end, in order
+
+
+class FinalRun(FinalEvent, RunEvents):
+    pass
+
+
+class ErrorRun(ErrorEvent, RunEvents):
+    pass
+
+
+QueryRun = FinalRun | ErrorRun   # what `run_query` returns: its last event with every event before it
+
+
 class Answer(TypedDict):
     session_id: str
     status: Literal["completed"]

@@ -14,7 +14,7 @@ from graphs.query.configuration import QueryConfiguration
 from graphs.query.evidence import (
     clarify_text, grade_evidence, keep_found, no_knowledge_text, resolve_route, strength, weak_warning,
 )
-from graphs.query.state import QueryGraphState
+from graphs.query.state import QueryGraphState, QueryUpdate
 
 MAX_REWRITES = 1
 ROUTE_NAMES = {"answer": "可以回答", "rewrite": "证据不足，改写后再检索一次", "clarify": "需要用户补充条件",
@@ -22,13 +22,13 @@ ROUTE_NAMES = {"answer": "可以回答", "rewrite": "证据不足，改写后再
 
 
 @graph_node("query", "node_grade", "证据评估")
-def node_grade(state: QueryGraphState, config: RunnableConfig) -> dict:
+def node_grade(state: QueryGraphState, config: RunnableConfig) -> QueryUpdate:
     cfg = QueryConfiguration.from_runnable_config(config)
     docs = state.get("reranked_docs") or []
     products = state.get("products") or []
     done = int(state.get("rewrite_count") or 0)
     grade = grade_evidence(cfg, state["rewritten_query"], products, docs, rewrites_left=MAX_REWRITES - done)
-    out: dict = {"grade": grade}
+    out: QueryUpdate = {"grade": grade}
     first = state.get("first_evidence")
     if first:
         if strength(first["grade"]) >= strength(grade):  # the rewrite decided nothing better: keep the first

@@ -12,11 +12,11 @@ from graphs.base import emit, graph_node
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.evidence import grade_evidence
 from graphs.query.retrieval import brief, rank_and_cut, search_chunks
-from graphs.query.state import QueryGraphState
+from graphs.query.state import QueryGraphState, QueryUpdate
 
 
 @graph_node("query", "node_sub_question", "子问题检索")
-def node_sub_question(state: QueryGraphState, config: RunnableConfig) -> dict:
+def node_sub_question(state: QueryGraphState, config: RunnableConfig) -> QueryUpdate:
     cfg = QueryConfiguration.from_runnable_config(config)
     sub = state["sub_question"]
     event = {"type": "sub_question", "index": sub["index"], "question": sub["question"],
