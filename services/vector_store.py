@@ -23,7 +23,7 @@ from pymilvus import (
     AnnSearchRequest, DataType, Function, FunctionType, MilvusClient, RRFRanker, WeightedRanker,
 )
 
-from services.embeddings import Embedder, get_embedder
+from services.embeddings import Embedder, Vectors, get_embedder
 from services.errors import ConfigurationError, MilvusError
 from services.hits import Hit
 from services.settings import Settings, get_settings
@@ -421,7 +421,7 @@ class VectorStore:
         """Distinct product names, sorted: what the knowledge base covers."""
         return list(dict.fromkeys(r["product"] for r in self.products()))
 
-    def _requests(self, vec: dict, text: str, expr: str, limit: int) -> list[AnnSearchRequest]:
+    def _requests(self, vec: Vectors, text: str, expr: str, limit: int) -> list[AnnSearchRequest]:
         dense = AnnSearchRequest(data=[vec["dense"]], anns_field="dense",
                                  param={"metric_type": "COSINE"}, limit=limit, expr=expr or None)
         if self.embedder.sparse_mode == "bm25":
@@ -432,7 +432,7 @@ class VectorStore:
                                       param={"metric_type": "IP"}, limit=limit, expr=expr or None)
         return [dense, sparse]
 
-    def hybrid_search(self, collection: str, vec: dict, text: str, *, expr: str = "", limit: int = 10,
+    def hybrid_search(self, collection: str, vec: Vectors, text: str, *, expr: str = "", limit: int = 10,
                       weights: tuple[float, float] = (0.8, 0.2), fields: list[str] | None = None,
                       ranker: str = "weighted") -> list[Hit]:
         fields = stored(fields or (CHUNK_FIELDS if collection == self.chunks else PRODUCT_FIELDS))
@@ -452,14 +452,14 @@ class VectorStore:
                 return []
             raise
 
-    def dense_search(self, collection: str, vec: dict, *, expr: str = "", limit: int = 10,
+    def dense_search(self, collection: str, vec: Vectors, *, expr: str = "", limit: int = 10,
                      fields: list[str] | None = None) -> list[Hit]:
         res = self._call("稠密检索", self.client.search, collection, data=[vec["dense"]],
                          anns_field="dense", search_params={"metric_type": "COSINE"},
                          filter=expr, limit=limit, output_fields=stored(fields or CHUNK_FIELDS))
         return [hit_to_dict(h) for h in (res[0] if res else [])]
 
-    def sparse_search(self, collection: str, vec: dict, text: str, *, expr: str = "", limit: int = 10,
+    def sparse_search(self, collection: str, vec: Vectors, text: str, *, expr: str = "", limit: int = 10,
                       fields: list[str] | None = None) -> list[Hit]:
         bm25 = self.embedder.sparse_mode == "bm25"
         res = self._search("稀疏检索", self.client.search, collection,
