@@ -8,7 +8,7 @@ holds between nodes (the decision, the plan, the grade, ...), which the final ev
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Literal, NotRequired, TypedDict
 
 from graphs.base import NodeLogEntry
@@ -90,6 +90,9 @@ class RerankInfo(TypedDict):
     scores: list[float]          # every candidate's score, in the final order
 
 
+Route = Literal["answer", "rewrite", "clarify", "no_knowledge"]
+
+
 class GradeRecord(TypedDict, total=False):
     """A grade as the state, the events and the final event keep it (`Grade.as_dict`); a split
     question's synthesis writes its own summary grade (`answered`, `used`, `sub_questions`)."""
@@ -97,7 +100,7 @@ class GradeRecord(TypedDict, total=False):
     answerable: bool             # they hold the answer
     ambiguous: bool              # the question could mean several things (a clarification helps)
     confidence: float            # 0..1: the best passage's score offline, the model's own with a model
-    route: Literal["answer", "rewrite", "clarify", "no_knowledge"]
+    route: Route
     reason: str
     missing: str                 # what the passages lack (asked for when clarifying)
     follow_up: str               # the model's own clarifying question
@@ -109,6 +112,34 @@ class GradeRecord(TypedDict, total=False):
     answered: int                # synthesis: sub-questions with evidence enough to answer
     used: int                    # synthesis: sub-questions with relevant evidence
     sub_questions: int           # synthesis: how many parts the question had
+
+
+@dataclass(kw_only=True)
+class Grade:
+    """One evidence set's grade as `graphs.query.evidence` builds and checks it (the fields are
+    those of `GradeRecord`); the state, the events and the final event hold `as_dict()`."""
+    relevant: bool
+    answerable: bool
+    ambiguous: bool
+    confidence: float
+    route: Route
+    reason: str
+    missing: str = ""
+    follow_up: str = ""
+    method: str
+    weak: bool | None = None             # set by the offline rule only
+    corrected_from: str | None = None
+    top_score: float | None = None
+    evidence: Literal["first", "rewritten"] | None = None
+
+    def as_dict(self) -> GradeRecord:
+        """The record: what was never set (None) is left out."""
+        return {k: v for k, v in asdict(self).items() if v is not None}  # type: ignore[return-value]
+
+    @classmethod
+    def of(cls, record: GradeRecord) -> Grade:
+        """A grade kept in the state, back as a grade."""
+        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})  # type: ignore[literal-required]
 
 
 class SubResult(Branch):
