@@ -38,7 +38,7 @@ class ImportEvent(TypedDict, total=False):
     seconds: float
     error: str
     text: str                  # node_progress
-    result: dict               # import_done: ImportResult.to_dict()
+    result: dict[str, object]  # import_done: ImportResult.to_dict()
 
 
 class PlannedProduct(TypedDict):
@@ -75,7 +75,8 @@ class ImportResult:
     product_confirm: bool = False    # the name is not backed by a title, front matter or folder: ask
     transient: bool = False          # failed in a way that may pass on a later attempt
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
+        """The result as the task store keeps it and the events carry it (JSON)."""
         return asdict(self)
 
 
