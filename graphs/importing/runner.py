@@ -65,7 +65,7 @@ class ImportResult:
     images_remote: int = 0                # linked from the web and not imported (see node_md_img)
     remote_images: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    node_seconds: dict = field(default_factory=dict)
+    node_seconds: dict[str, float] = field(default_factory=dict)  # node id -> seconds it ran
     error: str = ""
     failed_node: str = ""
     doc_id: str = ""                 # the document's stable identity in the vector store

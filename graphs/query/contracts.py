@@ -1,7 +1,8 @@
 """The shapes that cross the query graph's boundaries and its state's keys, defined once.
 
 Hit: one chunk as recall, fusion and rerank pass it on (defined in `services.hits`, where the vector
-store and the reranker make and read it; re-exported here). Source: one cited source of an answer.
+store and the reranker make and read it; re-exported here), like Turn, a message of the conversation
+(`services.history_store`). Source: one cited source of an answer.
 Events: what `astream_query` / `run_query` yield. Answer: the final answer as the app, the HTTP API
 and the CLI show it, made from the final event by `answer_of`. The rest are the values the state
 holds between nodes (the decision, the plan, the grade, ...), which the final event also carries.
@@ -12,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Literal, NotRequired, TypedDict
 
 from graphs.base import NodeLogEntry
+from services.history_store import Turn
 from services.hits import Hit
 
 
@@ -21,19 +23,6 @@ Scores = dict[str, float]        # product -> the score that decided it
 class Options(TypedDict, total=False):
     web_search: bool             # search the web beside the manuals (when a search backend is set)
     hyde: bool                   # also search with a model-written answer-like passage (HyDE)
-
-
-class Turn(TypedDict, total=False):
-    """One message of the conversation, as the history store keeps it."""
-    id: str
-    session_id: str
-    role: str                    # "user" | "assistant"
-    text: str
-    rewritten_query: str         # what the question was understood as
-    products: list[str]          # the products it was about
-    image_urls: list[str]
-    ts: float                    # when it was written (Unix seconds)
-    status: str
 
 
 class Decision(TypedDict):
