@@ -10,7 +10,7 @@ import inspect
 import logging
 import operator
 import time
-from typing import Annotated, Any, Callable, Generic, Self, TypeVar
+from typing import Annotated, Any, Callable, Generic, Literal, Mapping, Self, TypedDict, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
@@ -18,8 +18,26 @@ from langgraph.config import get_stream_writer
 from services.errors import ImportProcessError
 from services.settings import Settings, get_settings
 
+
+class NodeLogEntry(TypedDict):
+    """One node's run, as the step list shows it (also sent as its `node_end` event)."""
+    node: str                    # the node id
+    label: str                   # its name in the step list
+    status: Literal["ok", "skipped"]
+    summary: str                 # short Chinese text
+    detail: object               # structured data for the step's detail view (None: none)
+    seconds: float
+
+
+class StepReport(TypedDict, total=False):
+    """What a node body adds to the state it returns; `graph_node` turns it into a `NodeLogEntry`."""
+    _summary: str
+    _status: Literal["ok", "skipped"]
+    _detail: object
+
+
 # Lists that several nodes (or parallel branches) add to: each node returns only its new items.
-NodeLog = Annotated[list[dict], operator.add]
+NodeLog = Annotated[list[NodeLogEntry], operator.add]
 Warnings = Annotated[list[str], operator.add]
 
 
@@ -67,7 +85,7 @@ class Configuration:
         return cls(settings=configurable.get("settings"), **{k: v for k, v in configurable.items() if k in names})
 
 
-def emit(event: dict) -> None:
+def emit(event: Mapping[str, object]) -> None:
     """Send a progress event to whoever streams the graph (no-op outside a stream)."""
     try:
         writer = get_stream_writer()
@@ -86,11 +104,11 @@ def graph_node(graph: str, name: str, label: str, error_cls: type[ImportProcessE
     """
     log = logging.getLogger(f"{graph}.{name}")
 
-    def deco(fn: Callable[..., dict]):
+    def deco(fn: Callable[..., Mapping[str, Any]]):
         takes_config = "config" in inspect.signature(fn).parameters
 
         @functools.wraps(fn)
-        def wrapper(state: dict, config: RunnableConfig | None = None) -> dict:
+        def wrapper(state: Mapping[str, Any], config: RunnableConfig | None = None) -> Mapping[str, Any]:
             emit({"type": "node_start", "node": name, "label": label})
             started = time.perf_counter()
             log.info("start")
@@ -106,7 +124,7 @@ def graph_node(graph: str, name: str, label: str, error_cls: type[ImportProcessE
                 emit({"type": "node_error", "node": name, "label": label, "error": str(exc)})
                 raise error_cls(f"{label}失败：{exc}", node=name, cause=exc) from exc
             seconds = round(time.perf_counter() - started, 4)
-            entry = {
+            entry: NodeLogEntry = {
                 "node": name, "label": label, "status": out.pop("_status", "ok"),
                 "summary": out.pop("_summary", ""), "detail": out.pop("_detail", None), "seconds": seconds,
             }

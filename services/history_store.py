@@ -14,7 +14,7 @@ import threading
 import time
 from contextlib import contextmanager, nullcontext
 from functools import lru_cache
-from typing import Iterator, Sequence
+from typing import Iterator, Sequence, TypedDict
 from urllib.parse import urlsplit
 
 from services.errors import StorageError, ValidationError
@@ -137,7 +137,20 @@ class DocumentDatabase:
             return False
 
 
-def _public(doc: dict) -> dict:
+class Turn(TypedDict, total=False):
+    """One message of a conversation, as `recent` returns it."""
+    id: str
+    session_id: str
+    role: str                    # "user" | "assistant"
+    text: str
+    rewritten_query: str         # what the question was understood as
+    products: list[str]          # the products it was about
+    image_urls: list[str]
+    ts: float                    # when it was written (Unix seconds)
+    status: str
+
+
+def _public(doc: dict) -> Turn:
     """Stored document → plain JSON-able dict with `id` instead of the ObjectId `_id`."""
     doc = dict(doc)
     doc["id"] = str(doc.pop("_id"))
@@ -202,7 +215,7 @@ class HistoryStore:
         with self._messages("更新对话记录") as messages:
             return messages.update_one({"_id": oid}, {"$set": fields}).matched_count == 1
 
-    def recent(self, session_id: str, limit: int = 10) -> list[dict]:
+    def recent(self, session_id: str, limit: int = 10) -> list[Turn]:
         """The newest `limit` messages of a session, oldest first."""
         if limit <= 0:
             return []  # MongoDB would read limit(0) as "no limit"

@@ -26,6 +26,7 @@ import jieba
 
 from services.embeddings import post_json, validate_model_dir
 from services.errors import ConfigurationError, RerankError
+from services.hits import Hit
 from services.settings import Settings, get_settings
 
 jieba.setLogLevel(60)
@@ -219,7 +220,7 @@ def pool_bm25(terms: list[str], passages: list[str]) -> list[float]:
     return out
 
 
-def scored_content(doc: dict) -> str:
+def scored_content(doc: Hit) -> str:
     """What a scorer reads of a chunk: its product's name counts as part of it, as in its embedded
     text, so a chunk does not lose the words of a question naming its product because its heading
     path omits them. Web results are scored as they are."""
@@ -231,7 +232,7 @@ def scored_content(doc: dict) -> str:
 class Reranker:
     name: str
 
-    def score(self, query: str, docs: list[dict]) -> list[float]:
+    def score(self, query: str, docs: list[Hit]) -> list[float]:
         raise NotImplementedError
 
 
@@ -241,7 +242,7 @@ class OfflineReranker(Reranker):
     def __init__(self, settings: Settings):
         self._settings = settings
 
-    def score(self, query: str, docs: list[dict]) -> list[float]:
+    def score(self, query: str, docs: list[Hit]) -> list[float]:
         if not docs:
             return []
         terms, value = query_terms(query), value_asked(query)
@@ -265,7 +266,7 @@ class FlagRerankerScorer(Reranker):
             raise ConfigurationError(f"精排模型加载失败：{exc}", cause=exc) from exc
         self._lock = threading.Lock()
 
-    def score(self, query: str, docs: list[dict]) -> list[float]:
+    def score(self, query: str, docs: list[Hit]) -> list[float]:
         if not docs:
             return []
         pairs = [[query, scored_content(d)] for d in docs]  # query first: reversed pairs score wrong
@@ -285,7 +286,7 @@ class HttpReranker(Reranker):
         self._model, self._key, self._timeout = settings.rerank_model, settings.rerank_api_key, settings.rerank_timeout_s
         self.name = f"rerank-server:{self._model}"
 
-    def score(self, query: str, docs: list[dict]) -> list[float]:
+    def score(self, query: str, docs: list[Hit]) -> list[float]:
         if not docs:
             return []
         texts = [scored_content(d) for d in docs]

@@ -15,7 +15,7 @@ import socket
 import threading
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Iterator
+from typing import Iterator, TypedDict
 
 from services.errors import StorageError
 from services.history_store import DocumentDatabase, get_database, now_ts
@@ -32,8 +32,28 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
-def _public(doc: dict) -> dict:
-    return {k: v for k, v in doc.items() if k != "_id"}
+class TaskRecord(TypedDict):
+    """An import task as the store returns it (without the database's `_id`)."""
+    task_id: str
+    status: str                  # "pending" | "processing" | "completed" | "failed"
+    file_name: str
+    requested_product: str | None
+    by: str                      # who asked for it
+    done_list: list[str]         # nodes finished in the current attempt
+    running_list: list[str]
+    steps: list[dict]            # node start / end / error and progress lines, in order
+    error: str
+    result: dict | None          # a completed import's result (graphs.importing.runner.ImportResult)
+    created: float
+    updated: float
+    job: dict | None             # what a queue worker runs (graphs.importing.jobs); None: cannot be retried
+    attempts: int
+    worker: str                  # who holds the lease
+    lease_until: float | None
+
+
+def _public(doc: dict) -> TaskRecord:
+    return {k: v for k, v in doc.items() if k != "_id"}  # type: ignore[return-value]  # the stored fields
 
 
 class TaskStore:
@@ -52,7 +72,7 @@ class TaskStore:
             raise StorageError(f"{action}失败：导入任务不存在：{task_id}")
 
     def create(self, task_id: str, file_name: str, product: str | None = None, job: dict | None = None,
-               by: str = "") -> dict:
+               by: str = "") -> TaskRecord:
         """Fresh pending task (re-creating an id starts it over); `by` is the user who asked for it.
         `job` is what a queue worker needs to run it again from scratch; without one it cannot be retried."""
         now = now_ts()
@@ -68,7 +88,7 @@ class TaskStore:
         self._update(task_id, {"$set": {"status": PROCESSING, "worker": worker_id(),
                                         "lease_until": now_ts() + lease_s}}, "更新导入任务状态")
 
-    def claim(self, task_id: str, lease_s: float) -> dict | None:
+    def claim(self, task_id: str, lease_s: float) -> TaskRecord | None:
         """Take a task to run: a pending one, or one whose holder's lease ran out. None when it is
         finished, or running under a live lease (a message delivered twice): the caller skips it."""
         now = now_ts()
@@ -113,7 +133,7 @@ class TaskStore:
         self._update(task_id, {"$set": {"status": PENDING, "error": error, "running_list": [], "worker": "",
                                         "lease_until": None}}, "更新导入任务状态")
 
-    def expired(self) -> list[dict]:
+    def expired(self) -> list[TaskRecord]:
         """Running tasks whose holder stopped renewing."""
         with self._tasks("读取过期的导入任务") as tasks:
             return [_public(d) for d in tasks.find({"status": PROCESSING, "lease_until": {"$lt": now_ts()}})]
@@ -166,12 +186,12 @@ class TaskStore:
         self._update(task_id, {"$set": {"status": FAILED, "error": error, "running_list": [], "lease_until": None}},
                      "更新导入任务状态")
 
-    def get(self, task_id: str) -> dict | None:
+    def get(self, task_id: str) -> TaskRecord | None:
         with self._tasks("读取导入任务") as tasks:
             doc = tasks.find_one({"task_id": task_id})
         return _public(doc) if doc else None
 
-    def get_many(self, task_ids: list[str]) -> dict[str, dict]:
+    def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
         """The tasks of these ids that exist, by id (one read, for a viewer following several)."""
         with self._tasks("读取导入任务") as tasks:
             return {doc["task_id"]: _public(doc) for doc in tasks.find({"task_id": {"$in": list(task_ids)}})}
@@ -179,7 +199,7 @@ class TaskStore:
     def ping(self) -> bool:
         return self.db.ping()
 
-    def list(self, limit: int = 50) -> list[dict]:
+    def list(self, limit: int = 50) -> list[TaskRecord]:
         """Newest tasks first."""
         if limit <= 0:
             return []

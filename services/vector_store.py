@@ -23,8 +23,9 @@ from pymilvus import (
     AnnSearchRequest, DataType, Function, FunctionType, MilvusClient, RRFRanker, WeightedRanker,
 )
 
-from services.embeddings import Embedder, get_embedder
+from services.embeddings import Embedder, Vectors, get_embedder
 from services.errors import ConfigurationError, MilvusError
+from services.hits import Hit
 from services.settings import Settings, get_settings
 
 log = logging.getLogger("services.vector_store")
@@ -86,7 +87,7 @@ def clip_utf8(text: str, limit: int) -> str:
     return raw[:limit].decode("utf-8", errors="ignore")
 
 
-def hit_to_dict(hit) -> dict:
+def hit_to_dict(hit) -> Hit:
     """Flatten a search hit whatever shape the client returns; pk reported as `chunk_id`."""
     if isinstance(hit, dict):
         flat = dict(hit.get("entity") or {})
@@ -100,7 +101,7 @@ def hit_to_dict(hit) -> dict:
     if pk is not None:
         flat["chunk_id"] = str(pk)
     flat["score"] = float(flat.get("distance", flat.get("score", 0.0)) or 0.0)
-    return as_read(flat)
+    return as_read(flat)  # type: ignore[return-value]  # the fields asked for, under their read names
 
 
 class VectorStore:
@@ -420,7 +421,7 @@ class VectorStore:
         """Distinct product names, sorted: what the knowledge base covers."""
         return list(dict.fromkeys(r["product"] for r in self.products()))
 
-    def _requests(self, vec: dict, text: str, expr: str, limit: int) -> list[AnnSearchRequest]:
+    def _requests(self, vec: Vectors, text: str, expr: str, limit: int) -> list[AnnSearchRequest]:
         dense = AnnSearchRequest(data=[vec["dense"]], anns_field="dense",
                                  param={"metric_type": "COSINE"}, limit=limit, expr=expr or None)
         if self.embedder.sparse_mode == "bm25":
@@ -431,9 +432,9 @@ class VectorStore:
                                       param={"metric_type": "IP"}, limit=limit, expr=expr or None)
         return [dense, sparse]
 
-    def hybrid_search(self, collection: str, vec: dict, text: str, *, expr: str = "", limit: int = 10,
+    def hybrid_search(self, collection: str, vec: Vectors, text: str, *, expr: str = "", limit: int = 10,
                       weights: tuple[float, float] = (0.8, 0.2), fields: list[str] | None = None,
-                      ranker: str = "weighted") -> list[dict]:
+                      ranker: str = "weighted") -> list[Hit]:
         fields = stored(fields or (CHUNK_FIELDS if collection == self.chunks else PRODUCT_FIELDS))
         rank = WeightedRanker(*weights, norm_score=True) if ranker == "weighted" else RRFRanker(60)
         res = self._search("混合检索", self.client.hybrid_search, collection,
@@ -451,15 +452,15 @@ class VectorStore:
                 return []
             raise
 
-    def dense_search(self, collection: str, vec: dict, *, expr: str = "", limit: int = 10,
-                     fields: list[str] | None = None) -> list[dict]:
+    def dense_search(self, collection: str, vec: Vectors, *, expr: str = "", limit: int = 10,
+                     fields: list[str] | None = None) -> list[Hit]:
         res = self._call("稠密检索", self.client.search, collection, data=[vec["dense"]],
                          anns_field="dense", search_params={"metric_type": "COSINE"},
                          filter=expr, limit=limit, output_fields=stored(fields or CHUNK_FIELDS))
         return [hit_to_dict(h) for h in (res[0] if res else [])]
 
-    def sparse_search(self, collection: str, vec: dict, text: str, *, expr: str = "", limit: int = 10,
-                      fields: list[str] | None = None) -> list[dict]:
+    def sparse_search(self, collection: str, vec: Vectors, text: str, *, expr: str = "", limit: int = 10,
+                      fields: list[str] | None = None) -> list[Hit]:
         bm25 = self.embedder.sparse_mode == "bm25"
         res = self._search("稀疏检索", self.client.search, collection,
                            data=[text if bm25 else vec["sparse"]], anns_field="sparse",

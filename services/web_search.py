@@ -9,7 +9,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from agents.mcp import MCPServerStreamableHttp
 
@@ -25,11 +25,17 @@ MAX_RETRY_ATTEMPTS = 3
 RETRY_BACKOFF_S = 0.2
 
 
+class WebPage(TypedDict):
+    title: str
+    url: str
+    snippet: str                 # never empty: a page without one is dropped
+
+
 @dataclass
 class WebSearchResult:
     status: str  # "ok" | "skipped" | "error"
     reason: str = ""
-    pages: list[dict] = field(default_factory=list)
+    pages: list[WebPage] = field(default_factory=list)
 
 
 async def web_search(query: str, count: int = 5, settings: Settings | None = None) -> WebSearchResult:
@@ -71,7 +77,7 @@ class SearchResultError(Exception):
     """The tool answered, but with an error or an unreadable payload."""
 
 
-def parse_search_result(result: Any) -> list[dict]:
+def parse_search_result(result: Any) -> list[WebPage]:
     """Pages from a CallToolResult: structuredContent {"pages"} / {"result": json}, or JSON text."""
     if getattr(result, "isError", False):
         raise SearchResultError(f"联网搜索返回错误：{_text_of(result) or '未知错误'}")
@@ -89,8 +95,9 @@ def parse_search_result(result: Any) -> list[dict]:
     return [_clean(p) for p in raw if isinstance(p, dict) and str(p.get("snippet") or "").strip()]
 
 
-def _clean(page: dict) -> dict:
-    return {key: str(page.get(key) or "").strip() for key in ("title", "url", "snippet")}
+def _clean(page: dict) -> WebPage:
+    return WebPage(title=str(page.get("title") or "").strip(), url=str(page.get("url") or "").strip(),
+                   snippet=str(page.get("snippet") or "").strip())
 
 
 def _loads(value: Any) -> Any:

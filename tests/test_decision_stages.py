@@ -88,7 +88,7 @@ def test_one_version_alone_is_still_asked_back(zorvex):
 
 def test_without_a_floor_weak_evidence_is_a_cautious_answer_never_not_known():
     weak = offline_grade(0.05, 0.5, None)
-    assert (weak["route"], weak["weak"]) == ("rewrite", True) and "拒答下限" not in weak["reason"]
+    assert (weak.route, weak.weak) == ("rewrite", True) and "拒答下限" not in weak.reason
     assert resolve_route(weak, True, sub_question=False, rewrites_left=0) == "answer"
     floored = offline_grade(0.05, 0.5, 0.3)
     assert resolve_route(floored, True, sub_question=False, rewrites_left=0) == "no_knowledge"

@@ -8,6 +8,7 @@ import pytest
 from api_fixtures import api_client, api_server, wait_task  # noqa: F401 (fixtures)
 from graphs.products import ProductAliases, document_aliases, parse_facets, short_forms
 from graphs.query.configuration import QueryConfiguration
+from graphs.query.contracts import ProductDecision
 from graphs.query.nodes.product_confirm import decide, refusal
 
 CATALOGUE = ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1", "Zorvex KX-12", "Zorvex Nimbus Tab 7",
@@ -19,7 +20,7 @@ ALIASES = ProductAliases({
 })
 
 
-def ask(question: str) -> dict:
+def ask(question: str) -> ProductDecision:
     return decide(QueryConfiguration(), question, CATALOGUE, [], "", ALIASES)
 
 
@@ -49,31 +50,31 @@ def test_a_document_names_its_product_and_brand_beside_them():
 def test_model_and_version_confirm_however_written():
     for question in ("KX-9 V1.1 的主控是什么？", "kx9 can 1.1 版用的是哪颗主控", "Zorvex KX9 v1.1 主频多少"):
         d = ask(question)
-        assert (d["branch"], d["products"]) == ("confirmed", ["Zorvex KX-9 CAN V1.1"]), question
+        assert (d.branch, d.products) == ("confirmed", ["Zorvex KX-9 CAN V1.1"]), question
     # a short form the name's own words give, and one a person added
-    assert ask("NT7 的屏幕多大？")["products"] == ["Zorvex Nimbus Tab 7"]
-    assert ask("NTP7 的屏幕多大？")["products"] == ["Zorvex Nimbus Tab 7 Pro"]
+    assert ask("NT7 的屏幕多大？").products == ["Zorvex Nimbus Tab 7"]
+    assert ask("NTP7 的屏幕多大？").products == ["Zorvex Nimbus Tab 7 Pro"]
 
 
 def test_candidates_are_only_what_the_question_is_consistent_with():
     d = ask("KX-9 的 CAN 接口怎么接线？")
-    assert d["branch"] == "ask" and sorted(d["candidates"]) == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
-    assert "Zorvex KX-12" not in d["candidates"]  # a KX-9 question never offers the KX-12
+    assert d.branch == "ask" and sorted(d.candidates) == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
+    assert "Zorvex KX-12" not in d.candidates  # a KX-9 question never offers the KX-12
 
 
 def test_one_consistent_product_is_confirmed_and_the_step_says_so():
     d = ask("奎维的车胎压多少？")  # the brand's only product
-    assert (d["branch"], d["products"], d["candidates"]) == ("confirmed", ["Quorra & Vale 03"], [])
-    assert "只有这一款" in d["why"]
+    assert (d.branch, d.products, d.candidates) == ("confirmed", ["Quorra & Vale 03"], [])
+    assert "只有这一款" in d.why
 
 
 def test_a_model_not_held_is_refused_naming_what_the_family_holds():
     d = ask("Zorvex KX-15 的主控是什么？")
-    assert d["branch"] == "refuse" and d["candidates"] == [] and d["products"] == []
-    assert "Zorvex KX-12" in d["held"] and "Zorvex KX-12" in refusal(CATALOGUE, d["held"])
-    assert ask("奎维 05 的胎压多少？")["held"] == ["Quorra & Vale 03"]  # a Chinese brand, a model not held
+    assert d.branch == "refuse" and d.candidates == [] and d.products == []
+    assert "Zorvex KX-12" in d.held and "Zorvex KX-12" in refusal(CATALOGUE, d.held)
+    assert ask("奎维 05 的胎压多少？").held == ["Quorra & Vale 03"]  # a Chinese brand, a model not held
     version = ask("KX-9 V2.0 的主控")  # a held model in a version not held
-    assert version["branch"] == "refuse" and version["held"] == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
+    assert version.branch == "refuse" and version.held == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
 
 
 @pytest.mark.parametrize("question", ["Zorvex KX-12 Max 的散热片怎么装？", "KX-12-EVB2 开发套件怎么供电？",
@@ -93,15 +94,15 @@ def test_a_word_after_a_held_name_that_is_no_model_keeps_it_confirmed(question, 
 
 def test_a_brand_without_a_model_asks_among_its_products():
     d = ask("佐维的这款平板支持手写笔吗？")
-    assert d["branch"] == "ask" and len(d["candidates"]) > 1
-    assert all(c.startswith("Zorvex") for c in d["candidates"])
+    assert d.branch == "ask" and len(d.candidates) > 1
+    assert all(c.startswith("Zorvex") for c in d.candidates)
 
 
 def test_a_comparison_of_two_resolvable_products_confirms_both():
     d = ask("KX-9 V1.0 和 V1.1 的主控有什么区别？")
-    assert d["branch"] == "confirmed" and sorted(d["products"]) == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
+    assert d.branch == "confirmed" and sorted(d.products) == ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1"]
     pair = ask("Nimbus Tab 7 Pro 和 KX-12 哪个更省电？")
-    assert sorted(pair["products"]) == ["Zorvex KX-12", "Zorvex Nimbus Tab 7 Pro"]
+    assert sorted(pair.products) == ["Zorvex KX-12", "Zorvex Nimbus Tab 7 Pro"]
 
 
 MANUAL = ("# Zorvex KX-9 CAN V1.1 使用手册\n\n佐维（Zorvex）出品。KX-9 CAN V1.1（以下简称“KX9C”）是一块 CAN 扩展板。\n\n"
@@ -145,19 +146,19 @@ def test_aliases_over_the_api_stick_through_a_reindex(api_server, env, tmp_path)
 
 @pytest.mark.parametrize("question", ["佐维 KX-9 CAN V1.0 的主控"])
 def test_a_chinese_brand_with_the_model_confirms(question):
-    assert ask(question)["products"] == ["Zorvex KX-9 CAN V1.0"]
+    assert ask(question).products == ["Zorvex KX-9 CAN V1.0"]
 
 
 def test_siblings_told_apart_by_the_end_of_their_code():
     """Codes sharing a long beginning: the rest alone names one, the beginning alone names the family."""
     catalogue = ["Zorvex ZQ7A3", "Zorvex ZQ7B5", "Zorvex ZQ7B5 Max"]
     pick = lambda q: decide(QueryConfiguration(), q, catalogue, [], "", ProductAliases())  # noqa: E731
-    assert pick("小号的 B5 续航多久？")["products"] == ["Zorvex ZQ7B5"]
-    assert pick("ZQ7-A3 的续航多久？")["products"] == ["Zorvex ZQ7A3"]  # written out, hyphenated
+    assert pick("小号的 B5 续航多久？").products == ["Zorvex ZQ7B5"]
+    assert pick("ZQ7-A3 的续航多久？").products == ["Zorvex ZQ7A3"]  # written out, hyphenated
     family = pick("Zorvex ZQ7 的续航多久？")
-    assert family["branch"] == "ask" and len(family["candidates"]) == 3
-    assert pick("Zorvex ZQ9 的续航多久？")["branch"] == "refuse"
-    assert pick("Zorvex 36 的续航多久？")["branch"] == "refuse"  # a number after the brand is another model
+    assert family.branch == "ask" and len(family.candidates) == 3
+    assert pick("Zorvex ZQ9 的续航多久？").branch == "refuse"
+    assert pick("Zorvex 36 的续航多久？").branch == "refuse"  # a number after the brand is another model
 
 
 def test_versions_the_question_does_not_name_are_asked_not_all_confirmed():
@@ -166,10 +167,10 @@ def test_versions_the_question_does_not_name_are_asked_not_all_confirmed():
     catalogue = ["Corvi PL7面板 V1", "Corvi PL7 面板 V2", "Corvi PL5 面板"]
     pick = lambda q: decide(QueryConfiguration(), q, catalogue, [], "", ProductAliases())  # noqa: E731
     unsure = pick("PL7 面板怎么升级固件？")
-    assert unsure["branch"] == "ask" and sorted(unsure["candidates"]) == ["Corvi PL7 面板 V2", "Corvi PL7面板 V1"]
-    assert pick("PL7 面板 V2 怎么升级固件？")["products"] == ["Corvi PL7 面板 V2"]
+    assert unsure.branch == "ask" and sorted(unsure.candidates) == ["Corvi PL7 面板 V2", "Corvi PL7面板 V1"]
+    assert pick("PL7 面板 V2 怎么升级固件？").products == ["Corvi PL7 面板 V2"]
     both = pick("PL7 面板 V1 和 V2 有什么区别？")
-    assert both["branch"] == "confirmed" and sorted(both["products"]) == ["Corvi PL7 面板 V2", "Corvi PL7面板 V1"]
+    assert both.branch == "confirmed" and sorted(both.products) == ["Corvi PL7 面板 V2", "Corvi PL7面板 V1"]
 
 
 @pytest.mark.parametrize("question", ["树莓派 5 的 GPIO 引脚图在哪里看？", "Raspberry Pi 5 怎么装系统？"])
@@ -177,11 +178,11 @@ def test_a_maker_the_catalogue_holds_nothing_of_is_refused(question):
     """A maker of the reviewed brand list, in Latin or Chinese, none of whose products is held: another
     maker's product, refused before any chunk could be taken for evidence."""
     d = ask(question)
-    assert d["branch"] == "refuse" and d["products"] == [] and "Raspberry Pi" in d["why"]
+    assert d.branch == "refuse" and d.products == [] and "Raspberry Pi" in d.why
 
 
 def test_a_comparison_of_a_model_and_its_longer_sibling_confirms_both():
     """"PL7 和 PL7 S": read whole, the longer name swallows the shorter; each side names its product."""
     catalogue = ["Corvi PL7", "Corvi PL7 S", "Corvi PL7 Max"]
     d = decide(QueryConfiguration(), "Corvi PL7 和 PL7 S 的内存有什么区别？", catalogue, [], "", ProductAliases())
-    assert d["branch"] == "confirmed" and sorted(d["products"]) == ["Corvi PL7", "Corvi PL7 S"]
+    assert d.branch == "confirmed" and sorted(d.products) == ["Corvi PL7", "Corvi PL7 S"]

@@ -82,6 +82,6 @@ def test_decisions_for_an_unknown_product_and_a_family():
 
     cfg = QueryConfiguration()
     catalogue = ["Radxa E20C", "Radxa E52C", "AITO M9"]
-    assert decide(cfg, "Orange Pi 5 Plus 怎么装系统？", catalogue, [], "")["branch"] == "refuse"
+    assert decide(cfg, "Orange Pi 5 Plus 怎么装系统？", catalogue, [], "").branch == "refuse"
     asked = decide(cfg, "E20C 系列和别的有什么不同？", ["Radxa E20C", "Radxa E20C Lite"], [], "")
-    assert asked["branch"] == "ask" and set(asked["candidates"]) == {"Radxa E20C", "Radxa E20C Lite"}
+    assert asked.branch == "ask" and set(asked.candidates) == {"Radxa E20C", "Radxa E20C Lite"}

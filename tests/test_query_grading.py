@@ -6,11 +6,13 @@ model is the scripted OpenAI-compatible server on 127.0.0.1.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from graphs.query.__main__ import main as query_cli
 from graphs.query.calibration import calibration
+from graphs.query.contracts import Grade
 from graphs.query.evidence import (
     offline_grade, resolve_route, strength, strip_products, validate_grade, weak_warning,
 )
@@ -36,7 +38,7 @@ def refuse_threshold(scorer: str) -> float:
     return calibration(scorer=scorer).refuse_threshold
 
 
-def offline(top: float, scorer: str = SCORER) -> dict:
+def offline(top: float, scorer: str = SCORER) -> Grade:
     return offline_grade(top, answer_threshold(scorer), refuse_threshold(scorer))
 
 
@@ -139,14 +141,14 @@ def test_offline_weak_band_answers_with_a_caution_only_after_the_rewrite():
     threshold, floor = answer_threshold(SCORER), refuse_threshold(SCORER)
     assert 0 < floor < threshold
     weak, none = offline(floor), offline(floor - 0.01)
-    assert (weak["route"], weak["weak"], none["weak"]) == ("rewrite", True, False)
+    assert (weak.route, weak.weak, none.weak) == ("rewrite", True, False)
     assert resolve_route(weak, True, sub_question=False, rewrites_left=1) == "rewrite"  # the rewrite first
     assert resolve_route(weak, True, sub_question=False, rewrites_left=0) == "answer"
     assert resolve_route(none, True, sub_question=False, rewrites_left=0) == "no_knowledge"
     assert resolve_route(weak, True, sub_question=True, rewrites_left=1) == "no_knowledge"  # synthesis warns
-    assert "对照来源核实" in weak_warning({**weak, "route": "answer"}) and weak_warning(weak) == ""
+    assert "对照来源核实" in weak_warning(replace(weak, route="answer")) and weak_warning(weak) == ""
     strong = offline(threshold)
-    assert strength(strong) > strength({**weak, "route": "answer"}) > strength(none) == strength(weak | {"weak": False})
+    assert strength(strong) > strength(replace(weak, route="answer")) > strength(none) == strength(replace(weak, weak=False))
 
 
 # Questions whose passage the offline scorer rates in the cautious band (0.44 and 0.50 with the manual
@@ -165,10 +167,10 @@ def test_weak_evidence_above_the_floor_is_answered_with_a_caution(product_of, qu
 
 def test_offline_rule_is_a_threshold_on_the_calibrated_score():
     threshold = answer_threshold(SCORER)
-    assert offline(threshold)["route"] == "answer"
+    assert offline(threshold).route == "answer"
     weak = offline(threshold - 0.01)
-    assert (weak["route"], weak["answerable"], weak["relevant"]) == ("rewrite", False, True)
-    assert offline(0.45, "bge-reranker")["route"] == "rewrite"  # another scale: 0.5 there
+    assert (weak.route, weak.answerable, weak.relevant) == ("rewrite", False, True)
+    assert offline(0.45, "bge-reranker").route == "rewrite"  # another scale: 0.5 there
 
 
 @pytest.mark.parametrize("fields, sub, left, route", [
@@ -181,8 +183,9 @@ def test_offline_rule_is_a_threshold_on_the_calibrated_score():
     ({"route": "clarify", "ambiguous": True}, True, 1, "no_knowledge"),          # a sub-question cannot ask back
 ])
 def test_route_corrections(fields, sub, left, route):
-    assert resolve_route({**GRADE_ANSWER, **fields}, True, sub_question=sub, rewrites_left=left) == route
-    assert resolve_route({**GRADE_ANSWER, **fields}, False, sub_question=sub, rewrites_left=left) == "no_knowledge"
+    grade = validate_grade({**GRADE_ANSWER, **fields})
+    assert resolve_route(grade, True, sub_question=sub, rewrites_left=left) == route
+    assert resolve_route(grade, False, sub_question=sub, rewrites_left=left) == "no_knowledge"
 
 
 @pytest.mark.parametrize("reply, error", [

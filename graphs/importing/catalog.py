@@ -11,7 +11,7 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
@@ -19,8 +19,8 @@ from graphs.importing.chunking import embed_text
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.naming import MAX_NAME_CHARS, one_line
 from graphs.importing.runner import ImportResult, run_import
-from graphs.products import MAX_ALIAS_CHARS, MAX_ALIASES, clean_alias, parse_facets
-from services.documents import DAMAGED, IMPORTING, READY
+from graphs.products import MAX_ALIAS_CHARS, MAX_ALIASES, FacetFields, clean_alias, parse_facets
+from services.documents import DAMAGED, IMPORTING, READY, AliasEntry, DocumentRecord, ProductSummary
 from services.errors import ConfigurationError, ValidationError
 from services.vector_store import eq_filter
 
@@ -29,6 +29,67 @@ log = logging.getLogger("import.catalog")
 Progress = Callable[[str], None]
 IMAGE_URL = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
 REPAIR_AFTER_S = 60.0  # a pending write younger than this may still be running in another process
+
+
+class CatalogProduct(ProductSummary, FacetFields):
+    aliases: list[AliasEntry]
+
+
+class DocumentChunk(TypedDict):
+    """A chunk as the catalogue shows it."""
+    chunk_id: str
+    title: str                   # heading path
+    parent_title: str
+    part: int
+    page_start: int              # 0: not from a PDF
+    page_end: int
+    content: str
+    images: list[str]            # the picture URLs its text links
+
+
+class DeletedDocument(TypedDict):
+    doc_id: str
+    file_name: str | None
+    chunks: int
+    objects: int                 # files removed from the object store
+
+
+class DeletedProduct(TypedDict):
+    product: str
+    documents: list[str]         # their doc ids
+
+
+# "from" is a keyword: the functional form names it
+RenamedProduct = TypedDict("RenamedProduct", {"product": str, "from": str, "documents": int, "chunks": int,
+                                              "merged": bool})
+
+
+class MovedDocument(TypedDict):
+    doc_id: str
+    product: str
+    chunks: int
+
+
+class ReimportedDocument(TypedDict):
+    doc_id: str
+    file_name: str | None
+    error: str                   # "" when it completed
+
+
+class ReindexReport(TypedDict):
+    documents: int
+    completed: int
+    failed: list[ReimportedDocument]
+
+
+class RepairReport(TypedDict):
+    """How many of each the start-up repair found and fixed."""
+    adopted: int                 # interrupted writes whose new chunks were all there
+    reverted: int                # interrupted writes removed
+    recovered: int               # documents with chunks and no record, given one
+    damaged: int                 # ready records whose chunks are gone
+    names_added: int
+    names_deduped: int
 
 
 class ProductExists(ValidationError):
@@ -43,7 +104,7 @@ def _quiet(_: str) -> None:
     return None
 
 
-def products(*, config: RunnableConfig | None = None) -> list[dict]:
+def products(*, config: RunnableConfig | None = None) -> list[CatalogProduct]:
     """Every product with its facets (brand, model, variant, version) and its aliases."""
     registry = ImportConfiguration.from_runnable_config(config).registry
     aliases = registry.aliases()
@@ -51,12 +112,12 @@ def products(*, config: RunnableConfig | None = None) -> list[dict]:
             for p in registry.products()]
 
 
-def product_aliases(product: str, *, config: RunnableConfig | None = None) -> list[dict]:
+def product_aliases(product: str, *, config: RunnableConfig | None = None) -> list[AliasEntry]:
     return ImportConfiguration.from_runnable_config(config).registry.product_aliases(product)
 
 
 def set_aliases(product: str, aliases: list[str], *, updated_by: str = "",
-                config: RunnableConfig | None = None) -> list[dict]:
+                config: RunnableConfig | None = None) -> list[AliasEntry]:
     """The product's aliases become exactly `aliases` (a person's list: added ones are theirs)."""
     if not documents(product, config=config):
         raise NotFound(f"产品不存在：{product}")
@@ -78,18 +139,18 @@ def set_aliases(product: str, aliases: list[str], *, updated_by: str = "",
     return registry.set_aliases(product, wanted, updated_by)
 
 
-def documents(product: str | None = None, *, config: RunnableConfig | None = None) -> list[dict]:
+def documents(product: str | None = None, *, config: RunnableConfig | None = None) -> list[DocumentRecord]:
     return ImportConfiguration.from_runnable_config(config).registry.list(product)
 
 
-def document(doc_id: str, *, config: RunnableConfig | None = None) -> dict:
+def document(doc_id: str, *, config: RunnableConfig | None = None) -> DocumentRecord:
     record = ImportConfiguration.from_runnable_config(config).registry.get(doc_id)
     if record is None:
         raise NotFound(f"文档不存在：{doc_id}")
     return record
 
 
-def document_chunks(doc_id: str, *, config: RunnableConfig | None = None) -> list[dict]:
+def document_chunks(doc_id: str, *, config: RunnableConfig | None = None) -> list[DocumentChunk]:
     """The document's chunks as stored: heading path, text, pictures."""
     document(doc_id, config=config)
     return [{"chunk_id": r["chunk_id"], "title": r.get("title", ""), "parent_title": r.get("parent_title", ""),
@@ -98,7 +159,7 @@ def document_chunks(doc_id: str, *, config: RunnableConfig | None = None) -> lis
             for r in ImportConfiguration.from_runnable_config(config).vector_store.doc_rows(doc_id)]
 
 
-def delete_document(doc_id: str, *, config: RunnableConfig | None = None) -> dict:
+def delete_document(doc_id: str, *, config: RunnableConfig | None = None) -> DeletedDocument:
     """Chunks, the product-name row if no other document uses it, images, original, record; nothing else."""
     cfg = ImportConfiguration.from_runnable_config(config)
     record = document(doc_id, config=config)
@@ -110,7 +171,7 @@ def delete_document(doc_id: str, *, config: RunnableConfig | None = None) -> dic
             "objects": removed}
 
 
-def delete_product(name: str, *, config: RunnableConfig | None = None) -> dict:
+def delete_product(name: str, *, config: RunnableConfig | None = None) -> DeletedProduct:
     docs = documents(name, config=config)
     if not docs:
         raise NotFound(f"产品不存在：{name}")
@@ -144,7 +205,7 @@ def _rewrite(cfg: ImportConfiguration, doc_id: str, new_name: str, updated_by: s
 
 
 def rename_product(old: str, new: str, *, merge: bool = False, updated_by: str = "",
-                   progress: Progress = _quiet, config: RunnableConfig | None = None) -> dict:
+                   progress: Progress = _quiet, config: RunnableConfig | None = None) -> RenamedProduct:
     """Every document of `old` under `new`. Onto an existing product only with merge=True."""
     new = one_line(new or "")
     if not new:
@@ -166,7 +227,7 @@ def rename_product(old: str, new: str, *, merge: bool = False, updated_by: str =
 
 
 def move_document(doc_id: str, product: str, *, updated_by: str = "",
-                  config: RunnableConfig | None = None) -> dict:
+                  config: RunnableConfig | None = None) -> MovedDocument:
     """One document to another (or a new) product."""
     product = one_line(product or "")
     if not product or len(product) > MAX_NAME_CHARS:
@@ -176,7 +237,8 @@ def move_document(doc_id: str, product: str, *, updated_by: str = "",
     return {"doc_id": doc_id, "product": product, "chunks": _rewrite(cfg, doc_id, product, updated_by)}
 
 
-def reindex_all(*, updated_by: str = "", progress: Progress = _quiet, config: RunnableConfig | None = None) -> dict:
+def reindex_all(*, updated_by: str = "", progress: Progress = _quiet,
+                config: RunnableConfig | None = None) -> ReindexReport:
     """Import every document again from its stored original, under its product. After a switch of
     embedder the old collections are dropped first: their vectors mean nothing to the new model."""
     cfg = ImportConfiguration.from_runnable_config(config)
@@ -187,7 +249,8 @@ def reindex_all(*, updated_by: str = "", progress: Progress = _quiet, config: Ru
     except ConfigurationError:
         progress("向量模型已更换：清空旧的向量集合后重新导入全部文档")
         store.recreate()
-    done, failed = [], []
+    done: list[ReimportedDocument] = []
+    failed: list[ReimportedDocument] = []
     for n, record in enumerate(records, 1):
         progress(f"重新导入 {n}/{len(records)}：{record.get('file_name')}")
         result = _reimport(record, updated_by, config=config)
@@ -196,7 +259,7 @@ def reindex_all(*, updated_by: str = "", progress: Progress = _quiet, config: Ru
     return {"documents": len(records), "completed": len(done), "failed": failed}
 
 
-def reimportable(doc_id: str, *, config: RunnableConfig | None = None) -> dict:
+def reimportable(doc_id: str, *, config: RunnableConfig | None = None) -> DocumentRecord:
     """The record of a document that can be imported again from its stored original."""
     record = document(doc_id, config=config)
     if not record.get("original_key"):
@@ -211,7 +274,7 @@ def reimport_document(doc_id: str, *, updated_by: str = "", task_id: str | None 
                      config=config)
 
 
-def _reimport(record: dict, updated_by: str, *, task_id: str | None = None, may_retry: bool = False,
+def _reimport(record: DocumentRecord, updated_by: str, *, task_id: str | None = None, may_retry: bool = False,
               config: RunnableConfig | None = None) -> ImportResult:
     cfg = ImportConfiguration.from_runnable_config(config)
     settings = cfg.settings
@@ -233,7 +296,7 @@ def _reimport(record: dict, updated_by: str, *, task_id: str | None = None, may_
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def repair(*, older_than_s: float = REPAIR_AFTER_S, config: RunnableConfig | None = None) -> dict:
+def repair(*, older_than_s: float = REPAIR_AFTER_S, config: RunnableConfig | None = None) -> RepairReport:
     """Make the registry and the vector store agree (run at start-up; returns what it did).
 
     - a write interrupted mid-way: its new chunks are adopted when they are all there (the old ones
@@ -244,7 +307,7 @@ def repair(*, older_than_s: float = REPAIR_AFTER_S, config: RunnableConfig | Non
     """
     cfg = ImportConfiguration.from_runnable_config(config)
     store, registry = cfg.vector_store, cfg.registry
-    report = {"adopted": 0, "reverted": 0, "recovered": 0, "damaged": 0, "names_added": 0, "names_deduped": 0}
+    report: RepairReport = {"adopted": 0, "reverted": 0, "recovered": 0, "damaged": 0, "names_added": 0, "names_deduped": 0}
     now = time.time()
     for record in registry.pending():
         pending = record.get("pending") or {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
+from graphs.importing.state import Chunk
 from services.pdf_parser import PAGE_MARKER_RE
 
 NO_TITLE = "无标题"
@@ -66,7 +67,7 @@ CALLOUT_RE = re.compile(
     re.IGNORECASE)
 
 
-def embed_text(chunk: dict) -> str:
+def embed_text(chunk: Chunk) -> str:
     """What a chunk is embedded as: the product name in the text separates near-identical
     instructions of twins."""
     return f"{chunk['product']}\n{chunk['content']}"
@@ -518,8 +519,8 @@ def _merge(pieces, sections, related, max_len, min_len):
 
 
 def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int = 500,
-                   mode: str = "smart") -> list[dict]:
-    """Split a Markdown manual into chunks: [{title, content, parent_title, part, page_start, page_end}].
+                   mode: str = "smart") -> list[Chunk]:
+    """Split a Markdown manual into chunks (title, content, parent_title, part, page_start, page_end).
 
     Every content starts with a title prefix line and is at most max_len characters.  See the
     module docstring for the difference between mode="plain" and mode="smart"; pages are 1-based,
@@ -546,7 +547,8 @@ def split_markdown(text: str, file_title: str, max_len: int = 2000, min_len: int
             root = sections[a.first].parent_path
             return sections[b.first].parent_path[:len(root)] == root
         pieces = _merge(pieces, sections, same_branch, max_len, min_len)
-    chunks, page = [], 1 if PAGE_MARKER_RE.search(text) else 0
+    chunks: list[Chunk] = []
+    page = 1 if PAGE_MARKER_RE.search(text) else 0
     for p in pieces:
         body, page_start, page_end, page = _pages(p.body, page)
         chunks.append({"title": p.title, "content": (_prefix(sections[p.first].title, max_len) + body).rstrip(),
@@ -569,7 +571,7 @@ def _pages(body, page):
     return body, on[0], on[-1], page
 
 
-def conformance_split(markdown_text: str, file_title: str) -> list[dict]:
+def conformance_split(markdown_text: str, file_title: str) -> list[Chunk]:
     """Adapter for the shared Markdown-splitter conformance check (`md_split_check.py MODULE:FUNCTION`),
     which checks the plain rule."""
     return split_markdown(markdown_text, file_title, mode="plain")

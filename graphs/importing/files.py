@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypedDict
 
 from graphs.importing.archives import is_archive, unpack
 from graphs.importing.filetypes import DOCUMENT_KINDS, refusal, shown_name
@@ -115,6 +115,19 @@ def display_filename(raw: str | None) -> str:
     return shown_name(raw or "") or safe_filename(raw)
 
 
+class StagedFields(TypedDict):
+    """A staged file as a queued job carries it (JSON)."""
+    task_id: str
+    name: str
+    display_name: str
+    path: str
+    doc_key: str
+    content_hash: str
+    original_key: str
+    folders: list[str]
+    archive: str
+
+
 @dataclass(frozen=True)
 class StagedFile:
     """An uploaded file kept for import. Its identity is its name and content: the same file uploaded
@@ -129,11 +142,13 @@ class StagedFile:
     folders: tuple[str, ...] = ()  # the folders the client's file name gave (a site export), for recognition
     archive: str = ""    # a page unpacked from an archive: the archive's folder, which its pictures share
 
-    def as_dict(self) -> dict:
-        return {k: list(v) if k == "folders" else str(v) for k, v in self.__dict__.items()}
+    def as_dict(self) -> StagedFields:
+        return {"task_id": self.task_id, "name": self.name, "display_name": self.display_name, "path": str(self.path),
+                "doc_key": self.doc_key, "content_hash": self.content_hash, "original_key": self.original_key,
+                "folders": list(self.folders), "archive": self.archive}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "StagedFile":
+    def from_dict(cls, data: StagedFields) -> "StagedFile":
         return cls(**{**data, "path": Path(data["path"]), "folders": tuple(data.get("folders") or ())})
 
 

@@ -13,23 +13,38 @@ import logging
 import shutil
 import threading
 import uuid
+from typing import Literal, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
 from graphs.importing import catalog
-from graphs.importing.files import StagedFile
+from graphs.importing.files import StagedFields, StagedFile
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.runner import ImportResult, decide_products, discard_failed, run_import
 from services.errors import StorageError, is_transient
 from services.settings import Settings, get_settings
 from services.task_queue import RetryTask, TaskQueue
-from services.task_store import FAILED, GIVE_UP, RETRY
+from services.task_store import FAILED, GIVE_UP, RETRY, TaskRecord
 
 log = logging.getLogger("import.jobs")
 
 RUN_TASK = "zgzk.run_task"
 IMPORT, REIMPORT, REINDEX = "import", "reimport", "reindex"
 REINDEX_NAME = "重建索引"
+
+
+class Job(TypedDict, total=False):
+    """What a task runs, kept with it in the task store (`TaskRecord.job`)."""
+    kind: Literal["import", "reimport", "reindex"]
+    updated_by: str
+    staged: StagedFields       # import: the upload
+    set_id: str                # import: the files that arrived with it
+    product: str | None        # import: what the set's recognition decided (runner.PlannedProduct)
+    product_source: str
+    product_evidence: str
+    how: str
+    backed: bool
+    doc_id: str                # reimport: the document
 
 
 # --- sending ------------------------------------------------------------------------------------------
@@ -44,7 +59,7 @@ def enqueue_set(staged: list[StagedFile], product: str | None = None, products: 
     cfg = ImportConfiguration.from_runnable_config(config)
     tasks, set_id = cfg.task_store, uuid.uuid4().hex
     for item, decided in zip(staged, decisions):
-        job = {"kind": IMPORT, "staged": item.as_dict(), "set_id": set_id, "updated_by": updated_by, **decided}
+        job: Job = {"kind": IMPORT, "staged": item.as_dict(), "set_id": set_id, "updated_by": updated_by, **decided}
         tasks.create(item.task_id, item.name, product=decided["product"], job=job, by=updated_by)
     _send(cfg, [item.task_id for item in staged])
     return [item.task_id for item in staged]
@@ -139,7 +154,7 @@ def run_task(task_id: str) -> None:
     raise RetryTask(delay=delay)
 
 
-def _run_import(cfg: ImportConfiguration, task_id: str, job: dict, may_retry: bool) -> str | None:
+def _run_import(cfg: ImportConfiguration, task_id: str, job: Job, may_retry: bool) -> str | None:
     staged = StagedFile.from_dict(job["staged"])
     if not staged.path.is_file():  # a worker on another machine: the original is in the object store
         staged.path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +167,7 @@ def _run_import(cfg: ImportConfiguration, task_id: str, job: dict, may_retry: bo
     return _worth_retrying(result, may_retry)
 
 
-def _run_reimport(cfg: ImportConfiguration, task_id: str, job: dict, may_retry: bool) -> str | None:
+def _run_reimport(cfg: ImportConfiguration, task_id: str, job: Job, may_retry: bool) -> str | None:
     result = catalog.reimport_document(job["doc_id"], updated_by=job.get("updated_by", ""), task_id=task_id,
                                        may_retry=may_retry, config={"configurable": {"settings": cfg.settings}})
     return _worth_retrying(result, may_retry)
@@ -163,7 +178,7 @@ def _worth_retrying(result: ImportResult, may_retry: bool) -> str | None:
     return result.error if result.status == "failed" and may_retry and result.transient else None
 
 
-def _run_reindex(cfg: ImportConfiguration, task_id: str, job: dict, may_retry: bool) -> str | None:
+def _run_reindex(cfg: ImportConfiguration, task_id: str, job: Job, may_retry: bool) -> str | None:
     tasks, lease_s = cfg.task_store, cfg.settings.task_lease_s
     try:
         with tasks.leased(task_id, lease_s):
@@ -195,7 +210,7 @@ def hand_on_expired(settings: Settings | None = None) -> int:
     return handed
 
 
-def discard_files_of(task: dict) -> None:
+def discard_files_of(task: TaskRecord) -> None:
     """What a failed upload's task wrote and nothing refers to: its staged copy, and its original and
     work folder unless an earlier version of the document uses them."""
     job = task.get("job") or {}

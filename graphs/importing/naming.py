@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from graphs.importing.state import Chunk
 from graphs.vocabulary import PRODUCT_NOUNS
+from services.documents import DocumentRecord
 
 MAX_NAME_CHARS = 100
 ORDER = ("user", "remembered", "set", "known", "llm", "offline", "page", "known_once")
@@ -99,7 +101,7 @@ def title_lines(md_text: str) -> str:
     return " ".join(found)
 
 
-def offline_product(md_text: str, chunks: list[dict], file_title: str, source: Path) -> str:
+def offline_product(md_text: str, chunks: list[Chunk], file_title: str, source: Path) -> str:
     """Opening title lines, plus the brand written before them and a version the file name carries."""
     text = md_text[:20000] or "\n".join(c["content"] for c in chunks[:TOP_K])
     stem_name = clean_name(file_title.replace("_", " "))
@@ -136,7 +138,7 @@ def tidy_model_answer(name: str) -> str:
     return "" if name in {"", '""', "空字符串"} else name[:MAX_NAME_CHARS]
 
 
-def remembered(records: Iterable[dict | None]) -> Proposal | None:
+def remembered(records: Iterable[DocumentRecord | None]) -> Proposal | None:
     """A person's earlier decision about this file (a rename, a move, a merge, a typed name), from the
     record of the same document, or of another upload with the same content."""
     for record in records:

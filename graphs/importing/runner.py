@@ -10,7 +10,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
@@ -18,11 +18,37 @@ from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.files import StagedFile, discard, doc_identity
 from graphs.importing.graph import build_import_graph
 from graphs.importing.recognition import plan_set
+from graphs.importing.state import ImportGraphState
 from services.errors import ImportProcessError, is_transient
 from services.task_store import get_task_store
 from services.vector_store import eq_filter
 
 log = logging.getLogger("import.runner")
+
+
+class ImportEvent(TypedDict, total=False):
+    """What `on_event` receives: the graph's node events, then `import_done` or `import_failed`."""
+    type: str                  # "node_start" | "node_end" | "node_error" | "node_progress" | "import_done" | "import_failed"
+    task_id: str
+    node: str
+    label: str
+    status: str                # node_end: "ok" | "skipped"
+    summary: str
+    detail: object
+    seconds: float
+    error: str
+    text: str                  # node_progress
+    result: dict[str, object]  # import_done: ImportResult.to_dict()
+
+
+class PlannedProduct(TypedDict):
+    """What a set's recognition decided for one of its files."""
+    product: str | None        # None: the file's own recognition decides
+    product_source: str        # "user" | "set"
+    product_evidence: str
+    how: str                   # see naming.Proposal.how
+    backed: bool               # a title, front matter or folder names it
+
 
 @dataclass
 class ImportResult:
@@ -39,7 +65,7 @@ class ImportResult:
     images_remote: int = 0                # linked from the web and not imported (see node_md_img)
     remote_images: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    node_seconds: dict = field(default_factory=dict)
+    node_seconds: dict[str, float] = field(default_factory=dict)  # node id -> seconds it ran
     error: str = ""
     failed_node: str = ""
     doc_id: str = ""                 # the document's stable identity in the vector store
@@ -49,7 +75,8 @@ class ImportResult:
     product_confirm: bool = False    # the name is not backed by a title, front matter or folder: ask
     transient: bool = False          # failed in a way that may pass on a later attempt
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
+        """The result as the task store keeps it and the events carry it (JSON)."""
         return asdict(self)
 
 
@@ -73,7 +100,7 @@ def discard_failed(result: ImportResult, staged: StagedFile | None, cfg: ImportC
 
 
 def run_import(path: str | Path, *, product: str | None = None, staged: StagedFile | None = None,
-               task_id: str | None = None, on_event: Callable[[dict], None] | None = None,
+               task_id: str | None = None, on_event: Callable[[ImportEvent], None] | None = None,
                product_source: str = "user", product_evidence: str = "", product_how: str = "",
                product_backed: bool = False, set_id: str = "",
                updated_by: str = "", identity: str | None = None, original_key: str | None = None,
@@ -91,7 +118,7 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
     if tasks.get(task_id) is None:
         tasks.create(task_id, staged.name if staged else Path(path).name, product=product, by=updated_by)
     tasks.start(task_id, lease_s)
-    state = {"task_id": task_id, "import_file_path": str(path), "set_id": set_id, "updated_by": updated_by,
+    state: ImportGraphState = {"task_id": task_id, "import_file_path": str(path), "set_id": set_id, "updated_by": updated_by,
              "source": source, "file_name": file_name or Path(path).name}
     if product:
         state.update(requested_product=product, product_source=product_source, product_evidence=product_evidence,
@@ -105,9 +132,9 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
                      content_hash=staged.content_hash, original_key=staged.original_key)
     started = time.perf_counter()
     result = ImportResult(task_id=task_id, file=str(path), status="failed")
-    final: dict = {}
+    final: ImportGraphState = {}
 
-    def forward(event: dict) -> None:
+    def forward(event: ImportEvent) -> None:
         kind, node, label = event["type"], event.get("node", ""), event.get("label", "")
         if kind == "node_start":
             tasks.node_started(task_id, node, label)
@@ -163,7 +190,7 @@ def run_import(path: str | Path, *, product: str | None = None, staged: StagedFi
 
 
 def decide_products(paths: list[Path], root: Path | None = None, product: str | None = None,
-                    products: dict[str, str] | None = None, staged: list[StagedFile] | None = None) -> list[dict]:
+                    products: dict[str, str] | None = None, staged: list[StagedFile] | None = None) -> list[PlannedProduct]:
     """Per file of a set: the product to import it under (None: its own recognition decides), with
     product_source, product_evidence and how it was decided. `product` names one product for all,
     `products` one per file (by path or file name); the rest is recognised across the set (uploads
@@ -171,7 +198,7 @@ def decide_products(paths: list[Path], root: Path | None = None, product: str | 
     carried = {str(f.path): f.folders for f in staged or [] if f.folders}
     plan = plan_set(paths, root, carried or None) if not product else []
     by_path = {str(p.path): p for p in plan}
-    out = []
+    out: list[PlannedProduct] = []
     for path in paths:
         given = product or (products or {}).get(str(path)) or (products or {}).get(path.name)
         planned = by_path.get(str(path))
@@ -188,7 +215,7 @@ def decide_products(paths: list[Path], root: Path | None = None, product: str | 
 
 def import_set(paths: list[Path], *, root: Path | None = None, product: str | None = None,
                staged: list[StagedFile] | None = None, products: dict[str, str] | None = None,
-               on_event: Callable[[dict], None] | None = None, updated_by: str = "") -> list[ImportResult]:
+               on_event: Callable[[ImportEvent], None] | None = None, updated_by: str = "") -> list[ImportResult]:
     """Import files that arrived together, in this thread, their products decided across the set first."""
     set_id = uuid.uuid4().hex
     results = []

@@ -5,9 +5,36 @@ reducer, every other key is written by one node at a time and replaced.
 """
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Literal, TypedDict
 
-from graphs.base import NodeLog
+from graphs.base import NodeLog, StepReport
+from services.embeddings import SparseVector
+
+
+class ImageRef(TypedDict, total=False):
+    """One picture the Markdown references, and what became of it."""
+    src: str                   # as the Markdown writes it (inline data: its first 40 characters)
+    status: Literal["uploaded", "remote", "missing", "inline"]
+    url: str                   # uploaded: where it is served ("" otherwise)
+    caption: str
+    reason: str                # remote: why it was not imported
+    case: str                  # uploaded: the file's own name, found only by ignoring the case of `src`
+
+
+class Chunk(TypedDict, total=False):
+    """One chunk on its way to the vector store; each node adds its fields to new copies."""
+    title: str                 # heading path
+    parent_title: str
+    part: int                  # 1-based piece of its section
+    content: str
+    page_start: int            # PDF pages it spans (0: not from a PDF)
+    page_end: int
+    product: str               # node_product_recognition
+    dense: list[float]         # node_bge_embedding
+    sparse: SparseVector | None  # None: Milvus's BM25 makes it
+    file_title: str            # node_import_milvus, as written
+    doc_id: str
+    chunk_id: str
 
 
 class ImportGraphState(TypedDict, total=False):
@@ -25,9 +52,9 @@ class ImportGraphState(TypedDict, total=False):
     md_path: str               # Markdown being processed (converted from another format, or the original .md)
     md_content: str            # Markdown with images captioned and uploaded
     new_md_path: str
-    images: list[dict]         # {src, status: uploaded|remote|missing, url, caption}
+    images: list[ImageRef]     # every picture referenced, with its status
     caption_mode: str          # "vision-model" | "offline"
-    chunks: list[dict]         # {title, parent_title, part, content, product, dense, sparse}
+    chunks: list[Chunk]
     product: str
     product_source: str        # one of naming.ORDER: "user" | "remembered" | "set" | "known" | "llm" | "offline" | "page"
     chunk_ids: list[str]
@@ -45,3 +72,7 @@ class ImportGraphState(TypedDict, total=False):
     product_confirm: bool      # the summary asks the person to confirm the name
     updated_by: str
     node_log: NodeLog
+
+
+class ImportUpdate(ImportGraphState, StepReport, total=False):
+    """What a node returns: the keys it writes, and its step's report."""

@@ -7,9 +7,10 @@ import logging
 import sys
 
 from graphs.query import answer_of, run_query
+from graphs.query.contracts import Event, FinalEvent, QueryRun
 
 
-def summary(result: dict) -> dict:
+def summary(result: QueryRun) -> dict[str, object]:
     """The final state as --json prints it: the decision, both ranked lists, timings."""
     if result.get("type") == "error":
         return {"status": "failed", "session_id": result.get("session_id"), "error": result["error"],
@@ -35,13 +36,13 @@ def summary(result: dict) -> dict:
     }
 
 
-def print_delta(event: dict) -> None:
+def print_delta(event: Event) -> None:
     if event["type"] == "delta":
         sys.stdout.write(event["delta"])
         sys.stdout.flush()
 
 
-def print_tail(result: dict) -> None:
+def print_tail(result: FinalEvent) -> None:
     """After the streamed answer: what to choose from, the sources, the pictures."""
     result = answer_of(result)
     if result["branch"] == "ask":

@@ -1,17 +1,19 @@
 """Judging the evidence of one retrieval: scored and cut, graded, the better of two sets chosen.
 
-Grades are dicts {relevant, answerable, ambiguous, confidence, route, reason, missing, follow_up,
-method, top_score}. With a chat model the judgement is one JSON-mode call; its reply is validated and
-any fault falls back to the offline rule over the scorer's relevance scores.
+A grade is a `Grade` (graphs.query.contracts), held in the state as its `as_dict()`. With a chat
+model the judgement is one JSON-mode call; its reply is validated and any fault falls back to the
+offline rule over the scorer's relevance scores.
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from itertools import zip_longest
 
 from graphs.query.configuration import QueryConfiguration
+from graphs.query.contracts import Grade, Hit, Route, SubResult
 from graphs.query.product_match import normalize, rank_products
-from services.chat_model import invoke_text, parse_json_reply
+from services.chat_model import JsonObject, invoke_text, parse_json_reply
 from services.prompts import load_prompt
 
 log = logging.getLogger("query.evidence")
@@ -35,7 +37,7 @@ def strip_products(question: str, products: list[str]) -> str:
 
 
 def topic_scores(cfg: QueryConfiguration, question: str, products: list[str],
-                 docs: list[dict]) -> tuple[list[float] | None, str]:
+                 docs: list[Hit]) -> tuple[list[float] | None, str]:
     """(scores of the docs against the question without its products, the scorer's name); None when
     no scorer works."""
     text = strip_products(question, products)
@@ -52,14 +54,13 @@ def topic_scores(cfg: QueryConfiguration, question: str, products: list[str],
         return None, ""
 
 
-def unscored_grade() -> dict:
+def unscored_grade() -> Grade:
     """No scorer works: nothing to judge by, so the fused order is answered, as rerank keeps it."""
-    return {"relevant": True, "answerable": True, "ambiguous": False, "confidence": 0.0, "route": "answer",
-            "reason": "评分器不可用，无法评估证据，按检索顺序作答", "missing": "", "follow_up": "",
-            "method": "unscored"}
+    return Grade(relevant=True, answerable=True, ambiguous=False, confidence=0.0, route="answer",
+                 reason="评分器不可用，无法评估证据，按检索顺序作答", method="unscored")
 
 
-def offline_grade(top: float, threshold: float, floor: float | None) -> dict:
+def offline_grade(top: float, threshold: float, floor: float | None) -> Grade:
     """The rule over calibrated scores: the best passage's score against the threshold and the
     refusal floor calibrated on the scale of the scorer that ran. Passages of the confirmed product
     came back, so they count as relevant; scores say nothing about ambiguity, so the offline rule
@@ -70,12 +71,12 @@ def offline_grade(top: float, threshold: float, floor: float | None) -> dict:
     reason = f"最相关资料得分 {top:.3f}，{'达到' if answerable else '低于'}作答阈值 {threshold:.3f}"
     if not answerable and floor is not None:
         reason += f"，{'不低于' if top >= floor else '低于'}拒答下限 {floor:.3f}"
-    return {"relevant": True, "answerable": answerable, "ambiguous": False, "confidence": round(top, 4),
-            "route": "answer" if answerable else "rewrite", "reason": reason, "missing": "", "follow_up": "",
-            "method": "offline", "weak": not answerable and (floor is None or top >= floor)}
+    return Grade(relevant=True, answerable=answerable, ambiguous=False, confidence=round(top, 4),
+                 route="answer" if answerable else "rewrite", reason=reason, method="offline",
+                 weak=not answerable and (floor is None or top >= floor))
 
 
-def validate_grade(data: dict) -> dict:
+def validate_grade(data: JsonObject) -> Grade:
     """The model's reply as a grade, or ValueError naming the first broken field."""
     for key in BOOL_FIELDS:
         if not isinstance(data.get(key), bool):
@@ -85,19 +86,18 @@ def validate_grade(data: dict) -> dict:
         raise ValueError("字段 confidence 应为 0 到 1 之间的数")
     if data.get("route") not in ROUTES:
         raise ValueError(f"字段 route 应为 {'/'.join(ROUTES)} 之一")
-    grade = {key: data[key] for key in BOOL_FIELDS}
-    grade.update({key: str(data.get(key) or "").strip() for key in TEXT_FIELDS})
-    grade.update(confidence=round(float(confidence), 4), route=data["route"], method="model")
-    return grade
+    return Grade(**{key: data[key] for key in BOOL_FIELDS},
+                 **{key: str(data.get(key) or "").strip() for key in TEXT_FIELDS},
+                 confidence=round(float(confidence), 4), route=data["route"], method="model")
 
 
-def grade_context(docs: list[dict]) -> str:
+def grade_context(docs: list[Hit]) -> str:
     return "\n\n".join(f"[{i}] {d.get('title', '')}\n{(d.get('content') or '')[:GRADE_PASSAGE_CHARS]}"
                        for i, d in enumerate(docs[:GRADE_PASSAGES], 1))
 
 
-def model_grade(cfg: QueryConfiguration, question: str, products: list[str], docs: list[dict],
-                fallback: dict) -> dict | None:
+def model_grade(cfg: QueryConfiguration, question: str, products: list[str], docs: list[Hit],
+                fallback: Grade) -> Grade | None:
     """One JSON-mode call (None offline); a failed call or an invalid reply falls back to the rule."""
     llm = cfg.chat_model(json_mode=True)
     if llm is None:
@@ -108,52 +108,51 @@ def model_grade(cfg: QueryConfiguration, question: str, products: list[str], doc
         return validate_grade(parse_json_reply(invoke_text(llm, load_prompt("grade_system"), user)))
     except Exception as exc:
         log.warning("grading reply unusable, using the offline rule: %s", exc)
-        return {**fallback, "method": f"fallback（{exc}）"}
+        return replace(fallback, method=f"fallback（{exc}）")
 
 
-def resolve_route(grade: dict, has_evidence: bool, *, sub_question: bool, rewrites_left: int) -> str:
+def resolve_route(grade: Grade, has_evidence: bool, *, sub_question: bool, rewrites_left: int) -> Route:
     """Deterministic corrections of the judged route."""
-    if not has_evidence or not grade["relevant"]:
+    if not has_evidence or not grade.relevant:
         return "no_knowledge"
-    route = grade["route"]
-    if route == "answer" and not grade["answerable"]:
+    route = grade.route
+    if route == "answer" and not grade.answerable:
         route = "rewrite"  # a contradiction: the judged facts win over the judged route
     if route == "rewrite" and (sub_question or rewrites_left <= 0):
         # no second try left: ask back when the question was ambiguous, answer with caution what
         # is weak but above the refusal floor, otherwise say so
-        if grade["ambiguous"] and not sub_question:
+        if grade.ambiguous and not sub_question:
             route = "clarify"
         else:
-            route = "answer" if grade.get("weak") and not sub_question else "no_knowledge"
+            route = "answer" if grade.weak and not sub_question else "no_knowledge"
     if route == "clarify" and sub_question:
         route = "no_knowledge"  # a sub-question cannot ask the user; the synthesis reports the gap
     return route
 
 
-def grade_evidence(cfg: QueryConfiguration, question: str, products: list[str], docs: list[dict], *,
-                   sub_question: bool = False, rewrites_left: int = 0) -> dict:
+def grade_evidence(cfg: QueryConfiguration, question: str, products: list[str], docs: list[Hit], *,
+                   sub_question: bool = False, rewrites_left: int = 0) -> Grade:
     scores, scorer = topic_scores(cfg, question, products, docs) if docs else ([], "")
     top = max(scores or [], default=0.0)
     if not docs:
-        grade = {"relevant": False, "answerable": False, "ambiguous": False, "confidence": 0.0,
-                 "route": "no_knowledge", "reason": "没有检索到任何资料", "missing": "", "follow_up": "",
-                 "method": "no_evidence"}
+        grade = Grade(relevant=False, answerable=False, ambiguous=False, confidence=0.0,
+                      route="no_knowledge", reason="没有检索到任何资料", method="no_evidence")
     else:
         cal = cfg.calibration(scorer)
         floor = cal.refuse_threshold if cfg.settings.offline_refusal else None
         fallback = offline_grade(top, cal.answer_threshold, floor) if scores is not None else unscored_grade()
         grade = model_grade(cfg, question, products, docs, fallback) or fallback
-    judged = grade["route"]
-    grade["route"] = resolve_route(grade, bool(docs), sub_question=sub_question, rewrites_left=rewrites_left)
-    if grade["route"] != judged:
-        grade["corrected_from"] = judged
-    grade["top_score"] = round(top, 4)
+    judged = grade.route
+    grade.route = resolve_route(grade, bool(docs), sub_question=sub_question, rewrites_left=rewrites_left)
+    if grade.route != judged:
+        grade.corrected_from = judged
+    grade.top_score = round(top, 4)
     return grade
 
 
-def interleave(lists: list[list[dict]]) -> list[dict]:
+def interleave(lists: list[list[Hit]]) -> list[Hit]:
     """Passages taken in turns from each list, deduplicated (the higher score kept)."""
-    merged: dict[str, dict] = {}
+    merged: dict[str, Hit] = {}
     for row in zip_longest(*lists):
         for doc in row:
             if doc is None:
@@ -164,7 +163,7 @@ def interleave(lists: list[list[dict]]) -> list[dict]:
     return list(merged.values())
 
 
-def merge_evidence(results: list[dict]) -> list[dict]:
+def merge_evidence(results: list[SubResult]) -> list[Hit]:
     """The kept passages of a split question's branches as one list: the whole question's own list
     first, in its order (what the question unsplit would answer from), then the sub-questions'
     passages in turns, so no sub-question's sources crowd out another's."""
@@ -173,26 +172,26 @@ def merge_evidence(results: list[dict]) -> list[dict]:
     return interleave([whole + parts])  # one list: a passage keeps its first place
 
 
-def keep_found(rewritten: list[dict], first: list[dict]) -> list[dict]:
+def keep_found(rewritten: list[Hit], first: list[Hit]) -> list[Hit]:
     """The rewritten retrieval's passages with the first one's taken in turns: a rewrite may find
     more, never drop what the user's own words found."""
     return interleave([rewritten, first])
 
 
-def strength(grade: dict) -> int:
+def strength(grade: Grade) -> int:
     """What the evidence supports: 2 an answer, 1 a cautious answer (weak, above the refusal floor),
     0 none. Only a better decision makes the rewritten set replace the first one: scores a few
     thousandths apart say nothing, and the first set was found with the user's own words."""
-    if grade.get("route") == "answer" and not grade.get("weak"):
+    if grade.route == "answer" and not grade.weak:
         return 2
-    return 1 if grade.get("weak") else 0
+    return 1 if grade.weak else 0
 
 
-def weak_warning(grade: dict) -> str:
+def weak_warning(grade: Grade) -> str:
     """The caution shown with an answer built on weak evidence ("" otherwise)."""
-    if grade.get("route") != "answer" or not grade.get("weak"):
+    if grade.route != "answer" or not grade.weak:
         return ""
-    return f"资料相关度较低（{grade['confidence']:.2f}），说明书里可能没有直接的答案，回答请对照来源核实。"
+    return f"资料相关度较低（{grade.confidence:.2f}），说明书里可能没有直接的答案，回答请对照来源核实。"
 
 
 def no_knowledge_text(products: list[str]) -> str:
@@ -200,8 +199,8 @@ def no_knowledge_text(products: list[str]) -> str:
     return f"抱歉，我在{where}里没有找到能回答这个问题的内容，不想凭猜测回答。可以换个说法，或补充更具体的型号、接口或功能名称再问。"
 
 
-def clarify_text(grade: dict) -> str:
-    if grade.get("follow_up"):
-        return grade["follow_up"]
-    missing = grade.get("missing") or "具体的型号、接口或使用场景"
+def clarify_text(grade: Grade) -> str:
+    if grade.follow_up:
+        return grade.follow_up
+    missing = grade.missing or "具体的型号、接口或使用场景"
     return f"为了准确回答，请先补充：{missing}。"

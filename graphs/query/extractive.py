@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from graphs.query.contracts import Hit, Source
 from graphs.query.retrieval import is_thin
 from services.reranker import coverage, query_terms, sentence_coverage, sentences, squashed, value_asked
 
@@ -43,7 +44,7 @@ INTRO_END = ("：", ":")  # "run this:" - the unit after it is what it announces
 @dataclass
 class Quote:
     index: int           # the source's number, [n] in the answer
-    doc: dict
+    doc: Hit
     text: str            # what is quoted of it
     lead: str            # its best line, as the answer's first line would show it
     score: float
@@ -147,7 +148,7 @@ def lead_line(terms: list[str], unit: Unit, value: bool) -> str:
     return max(lines, key=lambda line: sentence_coverage(terms, line, value), default="")
 
 
-def excerpt(terms: list[str], doc: dict, value: bool = False) -> tuple[float, str, str]:
+def excerpt(terms: list[str], doc: Hit, value: bool = False) -> tuple[float, str, str]:
     """(how much of the question the heading and the best unit hold, quoted text, the best unit's
     answering line): the best unit with its neighbours, and the other units scoring nearly as well,
     in document order; a table row under its table's header."""
@@ -191,7 +192,7 @@ def excerpt(terms: list[str], doc: dict, value: bool = False) -> tuple[float, st
     return score, "\n".join(parts), lead_line(inner, found[best], value)
 
 
-def heading(i: int, doc: dict) -> str:
+def heading(i: int, doc: Hit) -> str:
     return f"**[{i}] {doc.get('title', '')}**（{doc.get('product', '')}）"
 
 
@@ -206,7 +207,7 @@ def near_quote(content: str, quoted: str) -> str:
     return "\n".join(line for j, line in enumerate(lines) if j in keep)
 
 
-def cited(answer: str, sources: list[dict]) -> list[dict]:
+def cited(answer: str, sources: list[Source]) -> list[Source]:
     """The sources (numbered by `index`) that the answer's text cites as [n], in their order, at
     most MAX_CITED: the chips under an answer. A quoted line ("> ...") is the manual's text, and a
     "[3]" in it no citation."""
@@ -215,7 +216,7 @@ def cited(answer: str, sources: list[dict]) -> list[dict]:
     return [s for s in sources if s.get("index") in numbers][:MAX_CITED]
 
 
-def extractive_answer(question: str, docs: list[dict]) -> tuple[str, list[Quote]]:
+def extractive_answer(question: str, docs: list[Hit]) -> tuple[str, list[Quote]]:
     """Offline answer from the ranked sources (their [n] kept) and what it quotes of each: it leads
     with the best answering line of all quoted sources, cited, then quotes each source."""
     terms, value = query_terms(question), value_asked(question)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
+from typing import Literal
 
 from langchain_openai import ChatOpenAI
 
+from graphs.query.contracts import Branch, QuestionPlan, SubQuestion
 from graphs.query.product_match import VERSION_TOKEN, normalize, rank_products, tokens
-from services.chat_model import invoke_text, parse_json_reply
+from services.chat_model import JsonObject, invoke_text, parse_json_reply
 from services.prompts import load_prompt
 
 log = logging.getLogger("query.planning")
@@ -31,7 +33,7 @@ TRAIL = re.compile(r"(\s|的|上|方面|之间|在)+$")
 ZERO_MINOR = re.compile(r"(?<=\d)\.0(?![0-9])")  # what normalize() drops: "V3.0" == "V3"
 
 
-def simple(reason: str, method: str = "rules") -> dict:
+def simple(reason: str, method: Literal["rules", "model"] = "rules") -> QuestionPlan:
     return {"complexity": "simple", "reason": reason, "sub_questions": [], "method": method}
 
 
@@ -94,7 +96,7 @@ def aspect_of(question: str, products: list[str]) -> tuple[str, bool]:
     return text, dropped
 
 
-def product_sub_questions(question: str, products: list[str]) -> list[dict]:
+def product_sub_questions(question: str, products: list[str]) -> list[SubQuestion]:
     aspect, dropped = aspect_of(question, products)
     subs = []
     for name in products[:MAX_SUB_QUESTIONS]:
@@ -108,7 +110,7 @@ def product_sub_questions(question: str, products: list[str]) -> list[dict]:
     return subs
 
 
-def part_sub_questions(question: str, confirmed: list[str]) -> list[dict]:
+def part_sub_questions(question: str, confirmed: list[str]) -> list[SubQuestion]:
     """"Duo 的 LED 和按键分别对应哪个 GPIO？" -> one question per enumerated part."""
     at = question.find(EACH)
     if at < 0:
@@ -123,7 +125,7 @@ def part_sub_questions(question: str, confirmed: list[str]) -> list[dict]:
             for p in parts[:MAX_SUB_QUESTIONS]]
 
 
-def sentence_sub_questions(question: str, confirmed: list[str], known: list[str]) -> list[dict]:
+def sentence_sub_questions(question: str, confirmed: list[str], known: list[str]) -> list[SubQuestion]:
     """"Duo S 有多大内存？带不带 WiFi？" -> one question per question sentence; a sentence naming no
     product carries the product as the user wrote it in the question."""
     parts = [p.strip() for p in re.split(r"(?<=[？?])", question) if len(p.strip()) >= MIN_SENTENCE_CHARS]
@@ -140,7 +142,7 @@ def sentence_sub_questions(question: str, confirmed: list[str], known: list[str]
     return subs
 
 
-def rule_plan(question: str, products: list[str], confirmed: list[str], known: list[str]) -> dict:
+def rule_plan(question: str, products: list[str], confirmed: list[str], known: list[str]) -> QuestionPlan:
     if len(products) >= 2 and (COMPARE.search(question) or EACH in question):
         return {"complexity": "complex", "reason": f"比较 {len(products)} 款产品",
                 "sub_questions": product_sub_questions(question, products), "method": "rules"}
@@ -152,7 +154,7 @@ def rule_plan(question: str, products: list[str], confirmed: list[str], known: l
     return simple("一个产品、一个问题")
 
 
-def validate_plan(data: dict, products: list[str]) -> dict:
+def validate_plan(data: JsonObject, products: list[str]) -> QuestionPlan:
     if data.get("complexity") not in ("simple", "complex"):
         raise ValueError("字段 complexity 应为 simple 或 complex")
     reason = str(data.get("reason") or "").strip()
@@ -173,7 +175,7 @@ def validate_plan(data: dict, products: list[str]) -> dict:
     return {"complexity": "complex", "reason": reason, "sub_questions": subs, "method": "model"}
 
 
-def model_plan(llm: ChatOpenAI, question: str, products: list[str]) -> dict | None:
+def model_plan(llm: ChatOpenAI, question: str, products: list[str]) -> QuestionPlan | None:
     user = load_prompt("plan_user", products="、".join(products), question=question)
     try:
         return validate_plan(parse_json_reply(invoke_text(llm, load_prompt("plan_system"), user)), products)
@@ -182,20 +184,20 @@ def model_plan(llm: ChatOpenAI, question: str, products: list[str]) -> dict | No
         return None
 
 
-def evidence_branches(question: str, confirmed: list[str], subs: list[dict]) -> list[dict]:
+def evidence_branches(question: str, confirmed: list[str], subs: list[SubQuestion]) -> list[Branch]:
     """What fans out: every sub-question (index 1..n) and, when no sub-question narrows the products
     (parts or sentences of one question, not one product each), the whole question as well (index
     0, `whole`): its retrieval is what the question would get unsplit, so the parts can only add
     passages to it, never lose the one passage that answers several parts at once."""
-    branches = [{**sub, "index": i} for i, sub in enumerate(subs, 1)]
+    branches: list[Branch] = [{**sub, "index": i} for i, sub in enumerate(subs, 1)]
     if subs and all(sorted(sub["products"]) == sorted(confirmed) for sub in subs):
         branches.insert(0, {"question": question, "products": list(confirmed), "index": 0, "whole": True})
     return branches
 
 
-def plan_question(question: str, confirmed: list[str], known: list[str], llm: ChatOpenAI | None = None) -> dict:
-    """{complexity, reason, sub_questions: [{question, confirmed}], method, confirmed}; with a JSON-mode
-    chat model the model plans, offline (or when its reply is unusable) the rules do."""
+def plan_question(question: str, confirmed: list[str], known: list[str], llm: ChatOpenAI | None = None) -> QuestionPlan:
+    """The plan, its sub-questions and the products they name; with a JSON-mode chat model the
+    model plans, offline (or when its reply is unusable) the rules do."""
     products = named_products(question, confirmed, known)
     if not MARKERS.search(question):
         plan = simple("没有比较或分项的提法")

@@ -10,7 +10,7 @@ import jieba
 from typing import TYPE_CHECKING
 
 from graphs.query.calibration import RRF_K, Calibration
-from graphs.query.contracts import Hit
+from graphs.query.contracts import Hit, HitBrief, RerankInfo
 from services.reranker import Reranker, expanded_query, squashed
 from services.vector_store import in_filter
 
@@ -57,7 +57,7 @@ def search_chunks(cfg: QueryConfiguration, text: str, products: list[str] | None
     return [{**hit, "rank": rank} for rank, hit in enumerate(hits, 1)]
 
 
-def merge_sources(local: list[Hit], web: list[dict]) -> list[Hit]:
+def merge_sources(local: list[Hit], web: list[Hit]) -> list[Hit]:
     """The manual's fused chunks, then the web results, as one list for the reranker."""
     docs: list[Hit] = [{**d, "source": "local"} for d in local]
     docs += [{"source": "web", "url": w.get("url", ""), "title": w.get("title", ""), "content": w.get("snippet") or w.get("content", "")}
@@ -79,7 +79,7 @@ def rrf_fuse(lists: list[tuple[list[Hit], float]], k: int = RRF_K, top_n: int = 
     return [{**docs[c], "rrf_score": round(scores[c], 6)} for c in ordered]
 
 
-def is_thin(doc: dict) -> bool:
+def is_thin(doc: Hit) -> bool:
     """Headings, pictures and links only: nothing a question could be answered from."""
     lines = [line for line in (doc.get("content") or "").splitlines() if not line.lstrip().startswith("#")]
     body = MD_LINK.sub(r"\1", MD_IMAGE.sub("", "\n".join(lines)))
@@ -89,8 +89,8 @@ def is_thin(doc: dict) -> bool:
     return len(re.sub(r"[\s\W_]+", "", body)) < THIN_CHARS
 
 
-def rerank_order(reranker: Reranker, query: str, docs: list[dict], products: list[str] | None,
-                 cal: Calibration) -> tuple[list[tuple[float, dict]], str]:
+def rerank_order(reranker: Reranker, query: str, docs: list[Hit], products: list[str] | None,
+                 cal: Calibration) -> tuple[list[tuple[float, Hit]], str]:
     """(score, doc) in final order, and the scorer's name: the reranker's order fused with the recall
     order by the calibrated weights; chunks without text go last. A scorer that fails raises."""
     scores = reranker.score(without_products(query, products) if cal.strip_products else query, docs)
@@ -125,8 +125,8 @@ def scorer_name(cfg: QueryConfiguration) -> str:
         return "reranker"
 
 
-def rank_and_cut(cfg: QueryConfiguration, question: str, docs: list[dict],
-                 products: list[str] | None) -> tuple[list[dict], dict]:
+def rank_and_cut(cfg: QueryConfiguration, question: str, docs: list[Hit],
+                 products: list[str] | None) -> tuple[list[Hit], RerankInfo]:
     """Docs in rerank order (scorer fused with the recall order), cut at the first cliff, and what
     the step shows of it. A broken scorer degrades to the fused order, never to no answer."""
     cal = cfg.calibration()
@@ -139,12 +139,12 @@ def rank_and_cut(cfg: QueryConfiguration, question: str, docs: list[dict],
         scorer = f"{scorer_name(cfg)}（失败，保留 RRF 顺序：{exc}）"
         ranked = [(0.0, d) for d in docs]
         keep = min(len(docs), cal.cliff[1])
-    kept = [{**d, "score": float(s)} for s, d in ranked[:keep]]
+    kept: list[Hit] = [{**d, "score": float(s)} for s, d in ranked[:keep]]
     return kept, {"scorer": scorer, "cutoff": keep, "total": len(ranked),
                   "scores": [round(float(s), 4) for s, _ in ranked]}
 
 
-def brief(hits: list[dict], n: int = 10) -> list[dict]:
+def brief(hits: list[Hit], n: int = 10) -> list[HitBrief]:
     """What the UI shows of a hit list."""
     return [{"chunk_id": h.get("chunk_id"), "title": h.get("title", ""), "product": h.get("product", ""),
              "score": round(float(h.get("score", 0.0)), 4)} for h in hits[:n]]

@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
+from typing import Literal
 
 import jieba
 from langchain_openai import ChatOpenAI
 
+from graphs.query.contracts import Hit, Rewrite
 from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
 from services.reranker import STOPWORDS, idf, query_terms
@@ -31,7 +33,7 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in jieba.cut(text) if WORD.fullmatch(w.strip()) and w.lower() not in STOPWORDS]
 
 
-def feedback_terms(question: str, docs: list[dict], n: int = FEEDBACK_TERMS) -> list[str]:
+def feedback_terms(question: str, docs: list[Hit], n: int = FEEDBACK_TERMS) -> list[str]:
     """Terms of the best passages weighted by passage score x term frequency share x IDF; heading
     words (the section path) weigh double. Words of the question itself and of the product or file name are left out."""
     known = set(query_terms(question)) | {w for w in words(question)}
@@ -47,8 +49,9 @@ def feedback_terms(question: str, docs: list[dict], n: int = FEEDBACK_TERMS) -> 
     return sorted(weights, key=lambda w: (-weights[w], w))[:n]
 
 
-def model_plan(llm: ChatOpenAI, question: str, products: list[str], docs: list[dict]) -> dict | None:
-    """{method, text} from one JSON-mode call; None when the reply is unusable."""
+def model_plan(llm: ChatOpenAI, question: str, products: list[str],
+               docs: list[Hit]) -> tuple[Literal["step_back", "hyde"], str] | None:
+    """(method, text) from one JSON-mode call; None when the reply is unusable."""
     titles = "\n".join(f"- {d.get('title', '')}" for d in docs[:FEEDBACK_DOCS]) or "（无）"
     user = load_prompt("rewrite_plan_user", products="、".join(products), question=question, titles=titles)
     try:
@@ -62,15 +65,17 @@ def model_plan(llm: ChatOpenAI, question: str, products: list[str], docs: list[d
     if not text:  # the chosen method's own text is required; the other one is ignored
         log.warning("rewrite plan invalid: %r", data)
         return None
-    return {"method": method, "text": text[:MAX_AID_CHARS]}
+    return method, text[:MAX_AID_CHARS]
 
 
-def plan_rewrite(question: str, products: list[str], docs: list[dict], llm: ChatOpenAI | None = None) -> dict:
-    """{method, text, query}: `query` is what the second retrieval searches with. With a JSON-mode chat
-    model the model picks step-back or HyDE; offline, pseudo-relevance feedback terms."""
-    plan = model_plan(llm, question, products, docs) if llm is not None else None
-    if plan is None:
+def plan_rewrite(question: str, products: list[str], docs: list[Hit], llm: ChatOpenAI | None = None) -> Rewrite:
+    """The rewrite: `query` is what the second retrieval searches with. With a JSON-mode chat model
+    the model picks step-back or HyDE; offline, pseudo-relevance feedback terms."""
+    chosen = model_plan(llm, question, products, docs) if llm is not None else None
+    if chosen is None:
         terms = feedback_terms(question, docs)
-        plan = {"method": "prf", "text": " ".join(terms), "terms": terms}
+        plan: Rewrite = {"method": "prf", "text": " ".join(terms), "terms": terms, "query": ""}
+    else:
+        plan = {"method": chosen[0], "text": chosen[1], "query": ""}
     plan["query"] = f"{question} {plan['text']}".strip()
     return plan

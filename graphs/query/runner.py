@@ -12,8 +12,9 @@ from typing import AsyncIterator, Callable
 
 from langchain_core.runnables import RunnableConfig
 
-from graphs.query.contracts import ErrorEvent, Event, FinalEvent
+from graphs.query.contracts import ErrorEvent, Event, FinalEvent, Options, QueryRun
 from graphs.query.graph import build_query_graph
+from graphs.query.state import QueryGraphState
 from services.errors import ImportProcessError
 
 log = logging.getLogger("query.runner")
@@ -24,8 +25,8 @@ SUMMARY_KEYS = ("session_id", "original_query", "rewritten_query", "branch", "pr
 
 
 def initial_state(query: str, session_id: str | None = None, product: str | None = None,
-                  options: dict | None = None, is_stream: bool = True, owner: str = "") -> dict:
-    state = {"session_id": session_id or uuid.uuid4().hex, "original_query": query, "is_stream": is_stream,
+                  options: Options | None = None, is_stream: bool = True, owner: str = "") -> QueryGraphState:
+    state: QueryGraphState = {"session_id": session_id or uuid.uuid4().hex, "original_query": query, "is_stream": is_stream,
              "options": {"web_search": True, "hyde": True, **(options or {})}}
     if owner:
         state["owner"] = owner
@@ -34,7 +35,7 @@ def initial_state(query: str, session_id: str | None = None, product: str | None
     return state
 
 
-def final_event(state: dict, seconds: float) -> FinalEvent:
+def final_event(state: QueryGraphState, seconds: float) -> FinalEvent:
     summary = {k: state.get(k) for k in SUMMARY_KEYS}
     summary["node_log"] = state.get("node_log") or []
     summary["done_list"] = [e["node"] for e in summary["node_log"]]
@@ -52,14 +53,14 @@ def error_event(exc: Exception, session_id: str) -> ErrorEvent:
 
 
 async def astream_query(query: str, *, session_id: str | None = None, product: str | None = None,
-                        options: dict | None = None, config: RunnableConfig | None = None,
+                        options: Options | None = None, config: RunnableConfig | None = None,
                         owner: str = "") -> AsyncIterator[Event]:
     """Progress and answer events, ending with one `final` or one `error` event. `config` carries the
     graph's configuration (`{"configurable": {"settings": ..., "reranker": ...}}`, see configuration.py).
     `owner`: the user asking; a session someone else owns is refused before its history is read."""
     state = initial_state(query, session_id, product, options, owner=owner)
     started = time.perf_counter()
-    last: dict = state
+    last: QueryGraphState = state
     try:
         async for mode, payload in build_query_graph().astream(state, config, stream_mode=["custom", "values"]):
             if mode == "custom":
@@ -73,13 +74,13 @@ async def astream_query(query: str, *, session_id: str | None = None, product: s
 
 
 def run_query(query: str, *, session_id: str | None = None, product: str | None = None,
-              options: dict | None = None, on_event: Callable[[dict], None] | None = None,
-              config: RunnableConfig | None = None, owner: str = "") -> dict:
+              options: Options | None = None, on_event: Callable[[Event], None] | None = None,
+              config: RunnableConfig | None = None, owner: str = "") -> QueryRun:
     """Blocking form for the CLI, benchmarks and tests: the final (or error) event, plus all events."""
     state = initial_state(query, session_id, product, options, owner=owner)
     started = time.perf_counter()
-    last: dict = state
-    events: list[dict] = []
+    last: QueryGraphState = state
+    events: list[Event] = []
     try:
         for mode, payload in build_query_graph().stream(state, config, stream_mode=["custom", "values"]):
             if mode == "custom":

@@ -8,7 +8,11 @@ from __future__ import annotations
 import operator
 from typing import Annotated, TypedDict
 
-from graphs.base import NodeLog, Warnings
+from graphs.base import NodeLog, StepReport, Warnings
+from graphs.query.contracts import (
+    Branch, Decision, FirstEvidence, GradeRecord, Hit, Options, Plan, RerankInfo, Rewrite, Source, SubQuestion,
+    SubResult, Turn,
+)
 
 
 class QueryGraphState(TypedDict, total=False):
@@ -21,28 +25,32 @@ class QueryGraphState(TypedDict, total=False):
     products: list[str]
     candidates: list[str]        # clarification options (branch B) or what the KB covers (branch C)
     branch: str                  # "confirmed" | "ask" | "refuse"
-    decision: dict               # how the product was decided (scores, method)
-    history: list[dict]
-    options: dict                # {"web_search": bool, "hyde": bool}
-    embedding_chunks: list[dict]
-    hyde_embedding_chunks: list[dict]
+    decision: Decision           # how the product was decided (scores, method)
+    history: list[Turn]          # the conversation's newest messages, oldest first
+    options: Options             # the user's switches (web search, HyDE)
+    embedding_chunks: list[Hit]  # recall of the question
+    hyde_embedding_chunks: list[Hit]  # recall of the question with the HyDE passage
     hyde_doc: str
-    web_search_docs: list[dict]
-    rrf_chunks: list[dict]
-    reranked_docs: list[dict]
-    rerank_info: dict            # scorer, scores, cut-off position
-    plan: dict                   # complexity, reason, method of the question's planning
-    sub_questions: list[dict]    # [{question, products}] of a complex question (empty: simple)
-    sub_question: dict           # the one sub-question a fanned-out branch works on
-    sub_results: Annotated[list[dict], operator.add]  # per sub-question: docs, grade (parallel writers)
-    grade: dict                  # the evidence's grade and route (answer | rewrite | clarify | no_knowledge)
-    rewrite: dict                # the one rewrite: method, text, query searched with
+    web_search_docs: list[Hit]   # web results (`source` "web")
+    rrf_chunks: list[Hit]        # the recall lists fused
+    reranked_docs: list[Hit]     # the evidence the answer is built from, in order
+    rerank_info: RerankInfo      # scorer, scores, cut-off position
+    plan: Plan                   # complexity, reason, method of the question's planning
+    sub_questions: list[SubQuestion]  # the parts of a complex question (empty: simple)
+    sub_question: Branch         # the one sub-question a fanned-out branch works on
+    sub_results: Annotated[list[SubResult], operator.add]  # per sub-question: docs, grade (parallel writers)
+    grade: GradeRecord           # the evidence's grade and route (answer | rewrite | clarify | no_knowledge)
+    rewrite: Rewrite             # the one rewrite: method, text, query searched with
     rewrite_count: int
-    first_evidence: dict         # docs, grade, rerank_info of the try before the rewrite
+    first_evidence: FirstEvidence  # docs, grade, rerank_info of the try before the rewrite
     prompt: str
     answer: str
     image_urls: list[str]
-    sources: list[dict]
+    sources: list[Source]        # the answer's sources, numbered as its text cites them
     is_stream: bool
     warnings: Warnings           # each node returns only the warnings it adds
     node_log: NodeLog
+
+
+class QueryUpdate(QueryGraphState, StepReport, total=False):
+    """What a node returns: the keys it writes, and its step's report."""

@@ -11,14 +11,14 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.images import image_root, resolve_image
-from graphs.importing.state import ImportGraphState
+from graphs.importing.state import ImportGraphState, ImportUpdate
 from services.converter_box import convert_to_markdown
 from services.doc_converter import KIND_NAMES
 from services.errors import DocumentConversionError
 
 
 @graph_node("import", "node_doc_to_md", "文档转 Markdown", DocumentConversionError)
-def node_doc_to_md(state: ImportGraphState, config: RunnableConfig) -> dict:
+def node_doc_to_md(state: ImportGraphState, config: RunnableConfig) -> ImportUpdate:
     source = Path(state["doc_path"])
     kind = state["file_type"]
     out_dir = Path(state["work_dir"]) / kind

@@ -9,14 +9,14 @@ from graphs.base import graph_node
 from graphs.importing.chunking import (
     MAX_CONTENT_LENGTH, MIN_CONTENT_LENGTH, html_to_markdown, normalize_newlines, split_markdown,
 )
-from graphs.importing.state import ImportGraphState
+from graphs.importing.state import ImportGraphState, ImportUpdate
 from services.errors import DocumentSplitError, ValidationError
 
 log = logging.getLogger("import.node_document_split")
 
 
 @graph_node("import", "node_document_split", "文档切分", DocumentSplitError)
-def node_document_split(state: ImportGraphState) -> dict:
+def node_document_split(state: ImportGraphState) -> ImportUpdate:
     text = html_to_markdown(normalize_newlines(state.get("md_content") or ""))
     if not text.strip():
         raise ValidationError("文档没有可导入的文字内容。")

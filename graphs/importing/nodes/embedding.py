@@ -6,17 +6,17 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import emit, graph_node
 from graphs.importing.chunking import embed_text
 from graphs.importing.configuration import ImportConfiguration
-from graphs.importing.state import ImportGraphState
+from graphs.importing.state import Chunk, ImportGraphState, ImportUpdate
 from services.errors import EmbeddingError
 
 
 @graph_node("import", "node_bge_embedding", "向量化", EmbeddingError)
-def node_bge_embedding(state: ImportGraphState, config: RunnableConfig) -> dict:
+def node_bge_embedding(state: ImportGraphState, config: RunnableConfig) -> ImportUpdate:
     cfg = ImportConfiguration.from_runnable_config(config)
     embedder = cfg.embedder
     chunks = state["chunks"]
     batch = max(1, cfg.settings.embed_batch_size)
-    embedded: list[dict] = []
+    embedded: list[Chunk] = []
     for i in range(0, len(chunks), batch):
         group = chunks[i:i + batch]
         embedded += [{**chunk, "dense": vec["dense"], "sparse": vec["sparse"]}

@@ -9,7 +9,7 @@ from graphs.base import graph_node
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.files import SUPPORTED, doc_identity, validate_file
 from graphs.importing.naming import MAX_NAME_CHARS, one_line
-from graphs.importing.state import ImportGraphState
+from graphs.importing.state import ImportGraphState, ImportUpdate
 from services.errors import StateFieldError, ValidationError
 
 # The first step after the check, by type: PDFs and the other formats are converted to Markdown first.
@@ -18,7 +18,7 @@ FIRST_STEP = {"pdf": "node_pdf_to_md", "md": "node_md_img", "docx": "node_doc_to
 
 
 @graph_node("import", "node_entry", "检查文件")
-def node_entry(state: ImportGraphState, config: RunnableConfig) -> dict:
+def node_entry(state: ImportGraphState, config: RunnableConfig) -> ImportUpdate:
     cfg = ImportConfiguration.from_runnable_config(config)
     raw = (state.get("import_file_path") or "").strip()
     if not raw:

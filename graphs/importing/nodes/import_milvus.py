@@ -13,12 +13,13 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import emit, graph_node
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.files import file_sha256
-from graphs.importing.state import ImportGraphState
+from graphs.importing.state import ImportGraphState, ImportUpdate
 from graphs.products import document_aliases
+from services.documents import DocumentVersion
 from services.errors import MilvusError
 
 
-def record_version(state: ImportGraphState, original_key: str, chunks: int, embedder: str) -> dict:
+def record_version(state: ImportGraphState, original_key: str, chunks: int, embedder: str) -> DocumentVersion:
     """The registry fields of this version of the document."""
     path = Path(state["import_file_path"])
     images = state.get("images") or []
@@ -37,7 +38,7 @@ def record_version(state: ImportGraphState, original_key: str, chunks: int, embe
 
 
 @graph_node("import", "node_import_milvus", "写入向量库", MilvusError)
-def node_import_milvus(state: ImportGraphState, config: RunnableConfig) -> dict:
+def node_import_milvus(state: ImportGraphState, config: RunnableConfig) -> ImportUpdate:
     cfg = ImportConfiguration.from_runnable_config(config)
     store, registry, embedder = cfg.vector_store, cfg.registry, cfg.embedder
     name = state["product"]

@@ -17,7 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import emit, graph_node
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.images import image_root, locate_image
-from graphs.importing.state import ImportGraphState
+from graphs.importing.state import ImageRef, ImportGraphState, ImportUpdate
 from services.errors import ImageProcessingError, ValidationError
 from services.prompts import load_prompt
 from services.remote_images import RemoteImageRefused, fetch_image, is_remote
@@ -81,7 +81,7 @@ def safe_caption(caption: str) -> str:
 
 
 @graph_node("import", "node_md_img", "图片处理", ImageProcessingError)
-def node_md_img(state: ImportGraphState, config: RunnableConfig) -> dict:
+def node_md_img(state: ImportGraphState, config: RunnableConfig) -> ImportUpdate:
     cfg = ImportConfiguration.from_runnable_config(config)
     settings = cfg.settings
     md_file = Path(state["md_path"])
@@ -92,7 +92,7 @@ def node_md_img(state: ImportGraphState, config: RunnableConfig) -> dict:
     store = cfg.object_store
     doc_key = state["doc_key"]
     use_model = settings.llm_enabled
-    images: list[dict] = []
+    images: list[ImageRef] = []
     replacements: dict[tuple[int, int], str] = {}
     cleared = False
     root = image_root(md_file, settings.data_dir)

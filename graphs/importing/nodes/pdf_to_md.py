@@ -9,13 +9,13 @@ from langchain_core.runnables import RunnableConfig
 
 from graphs.base import emit, graph_node
 from graphs.importing.configuration import ImportConfiguration
-from graphs.importing.state import ImportGraphState
+from graphs.importing.state import ImportGraphState, ImportUpdate
 from services.errors import PdfConversionError
 from services.converter_box import pdf_to_markdown
 
 
 @graph_node("import", "node_pdf_to_md", "PDF 转 Markdown", PdfConversionError)
-def node_pdf_to_md(state: ImportGraphState, config: RunnableConfig) -> dict:
+def node_pdf_to_md(state: ImportGraphState, config: RunnableConfig) -> ImportUpdate:
     pdf = Path(state["pdf_path"])
     out_dir = Path(state["work_dir"]) / "pdf"
     settings = ImportConfiguration.from_runnable_config(config).settings

@@ -19,9 +19,9 @@ from graphs.importing.naming import (
     title_lines,
 )
 from graphs.importing.recognition import SetRecogniser, is_valid_name, known_product, read_page, titled
-from graphs.importing.state import ImportGraphState
+from graphs.importing.state import Chunk, ImportGraphState, ImportUpdate
 from services.chat_model import invoke_text
-from services.documents import DocumentRegistry
+from services.documents import DocumentRecord, DocumentRegistry
 from services.prompts import load_prompt
 
 log = logging.getLogger("import.node_product_recognition")
@@ -30,7 +30,7 @@ TOP_K = 3
 CONTEXT_LIMIT = 2500
 
 
-def model_product(llm: ChatOpenAI, chunks: list[dict], file_title: str) -> str:
+def model_product(llm: ChatOpenAI, chunks: list[Chunk], file_title: str) -> str:
     context = "\n\n".join(f"【片段{i}】\n{c['content']}" for i, c in enumerate(chunks[:TOP_K], 1))
     user = load_prompt("product_user", file_title=file_title, context=context[:CONTEXT_LIMIT])
     try:
@@ -40,7 +40,7 @@ def model_product(llm: ChatOpenAI, chunks: list[dict], file_title: str) -> str:
         return ""
 
 
-def earlier_records(registry: DocumentRegistry, state: ImportGraphState) -> list[dict | None]:
+def earlier_records(registry: DocumentRegistry, state: ImportGraphState) -> list[DocumentRecord | None]:
     """This document's record, then those of other documents with the same content (the same file
     uploaded under another name)."""
     mine = registry.get(state["doc_id"]) if state.get("doc_id") else None
@@ -50,7 +50,7 @@ def earlier_records(registry: DocumentRegistry, state: ImportGraphState) -> list
 
 
 @graph_node("import", "node_product_recognition", "商品名识别")
-def node_product_recognition(state: ImportGraphState, config: RunnableConfig) -> dict:
+def node_product_recognition(state: ImportGraphState, config: RunnableConfig) -> ImportUpdate:
     cfg = ImportConfiguration.from_runnable_config(config)
     chunks, text = state["chunks"], state.get("md_content", "")
     page = read_page(state["import_file_path"], text)

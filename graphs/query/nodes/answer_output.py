@@ -17,8 +17,9 @@ from langchain_openai import ChatOpenAI
 
 from graphs.base import emit, graph_node
 from graphs.query.configuration import QueryConfiguration
+from graphs.query.contracts import Hit, Source, Turn
 from graphs.query.extractive import cited, extractive_answer
-from graphs.query.state import QueryGraphState
+from graphs.query.state import QueryGraphState, QueryUpdate
 from services.chat_model import messages
 from services.errors import LLMError
 from services.prompts import load_prompt
@@ -33,7 +34,7 @@ BARE_IMAGE_URL = re.compile(rf"https?://{URL_CHAR}+?\.(?:png|jpe?g|gif|webp|bmp|
 IMAGE_MARK = "【图片】"
 
 
-def image_urls(docs: list[dict]) -> list[str]:
+def image_urls(docs: list[Hit]) -> list[str]:
     urls: list[str] = []
     for doc in docs:
         if doc.get("source", "local") != "local":
@@ -44,13 +45,13 @@ def image_urls(docs: list[dict]) -> list[str]:
     return list(dict.fromkeys(urls))
 
 
-def format_source(i: int, doc: dict) -> str:
+def format_source(i: int, doc: Hit) -> str:
     return (f"[{i}][source={doc.get('source', 'local')}][chunk_id={doc.get('chunk_id', '')}]"
             f"[url={doc.get('url', '')}][title={doc.get('title', '')}][score={doc.get('score', 0.0):.4f}] "
             f"{doc.get('content', '')}")
 
 
-def build_context(docs: list[dict], history: list[dict], budget: int) -> tuple[str, str, int]:
+def build_context(docs: list[Hit], history: list[Turn], budget: int) -> tuple[str, str, int]:
     """(sources, history, number of sources) within one shared character budget: sources first and
     never cut in the middle; history gets what is left, newest turns kept (an over-long prompt would lose the sources, not the chat)."""
     used, parts = 0, []
@@ -122,7 +123,7 @@ def stream_answer(llm: ChatOpenAI, prompt_user: str, allowed_urls: set[str], tim
     return answer
 
 
-def sources_of(docs: list[dict]) -> list[dict]:
+def sources_of(docs: list[Hit]) -> list[Source]:
     """The answer's sources, numbered as the model saw them ([n] in its text is source n); a PDF
     source names its pages (0: not from a PDF) and its document, whose original can be opened."""
     return [{"index": i, "source": d.get("source", "local"), "chunk_id": d.get("chunk_id", ""),
@@ -134,7 +135,7 @@ def sources_of(docs: list[dict]) -> list[dict]:
 
 
 @graph_node("query", "node_answer_output", "生成回答")
-def node_answer_output(state: QueryGraphState, config: RunnableConfig) -> dict:
+def node_answer_output(state: QueryGraphState, config: RunnableConfig) -> QueryUpdate:
     cfg = QueryConfiguration.from_runnable_config(config)
     if state.get("answer"):  # branch B / C: the clarification or refusal is the answer
         emit({"type": "delta", "delta": state["answer"]})

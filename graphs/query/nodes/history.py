@@ -8,7 +8,7 @@ from langchain_core.runnables import RunnableConfig
 
 from graphs.base import graph_node
 from graphs.query.configuration import QueryConfiguration
-from graphs.query.state import QueryGraphState
+from graphs.query.state import QueryGraphState, QueryUpdate
 from services.errors import StateFieldError
 
 log = logging.getLogger("query.history")
@@ -18,7 +18,7 @@ MAX_QUERY_CHARS = 2000
 
 
 @graph_node("query", "node_load_history", "读取对话历史")
-def node_load_history(state: QueryGraphState, config: RunnableConfig) -> dict:
+def node_load_history(state: QueryGraphState, config: RunnableConfig) -> QueryUpdate:
     cfg = QueryConfiguration.from_runnable_config(config)
     session_id = (state.get("session_id") or "").strip()
     query = (state.get("original_query") or "").strip()
@@ -47,7 +47,7 @@ def node_load_history(state: QueryGraphState, config: RunnableConfig) -> dict:
 
 
 @graph_node("query", "node_save_history", "保存对话")
-def node_save_history(state: QueryGraphState, config: RunnableConfig) -> dict:
+def node_save_history(state: QueryGraphState, config: RunnableConfig) -> QueryUpdate:
     cfg = QueryConfiguration.from_runnable_config(config)
     store = cfg.history_store
     products = state.get("products") or []

@@ -6,11 +6,11 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.planning import plan_question
-from graphs.query.state import QueryGraphState
+from graphs.query.state import QueryGraphState, QueryUpdate
 
 
 @graph_node("query", "node_plan", "问题分析")
-def node_plan(state: QueryGraphState, config: RunnableConfig) -> dict:
+def node_plan(state: QueryGraphState, config: RunnableConfig) -> QueryUpdate:
     cfg = QueryConfiguration.from_runnable_config(config)
     plan = plan_question(state["rewritten_query"], state.get("products") or [],
                          cfg.vector_store.product_names(), cfg.chat_model(json_mode=True))

@@ -8,19 +8,21 @@ from __future__ import annotations
 import logging
 import re
 from datetime import datetime
+from typing import TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
 from graphs.base import graph_node
 from graphs.query.calibration import EVIDENCE_MARGIN, EVIDENCE_THRESHOLD
 from graphs.query.configuration import QueryConfiguration
+from graphs.query.contracts import ProductDecision, Scores, Turn
 from graphs.products import ProductAliases, VERSION_WORD, brand_aliases, parse_facets, version_key
 from graphs.query.planning import COMPARE, EACH, compared_versions
 from graphs.query.product_match import (
     CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, Resolution, names_unknown_model, rank_products, resolve, tokens,
 )
 from graphs.query.retrieval import search_chunks
-from graphs.query.state import QueryGraphState
+from graphs.query.state import QueryGraphState, QueryUpdate
 from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
 
@@ -29,7 +31,13 @@ log = logging.getLogger("query.node_product_confirm")
 MAX_CANDIDATES = 3
 
 
-def format_history(history: list[dict]) -> str:
+class ProductScore(TypedDict):
+    """A strong chunk match's product and its score (a question naming no product)."""
+    product: str
+    score: float
+
+
+def format_history(history: list[Turn]) -> str:
     lines = []
     for msg in history:
         when = datetime.fromtimestamp(float(msg.get("ts") or 0)).strftime("%Y-%m-%d %H:%M")
@@ -39,7 +47,7 @@ def format_history(history: list[dict]) -> str:
     return "\n".join(lines) or "（无）"
 
 
-def extract_with_llm(cfg: QueryConfiguration, query: str, history: list[dict]) -> tuple[list[str], str] | None:
+def extract_with_llm(cfg: QueryConfiguration, query: str, history: list[Turn]) -> tuple[list[str], str] | None:
     """One JSON-mode call: product names and a standalone rewritten question (None offline)."""
     llm = cfg.chat_model(json_mode=True)
     if llm is None:
@@ -57,21 +65,21 @@ def extract_with_llm(cfg: QueryConfiguration, query: str, history: list[dict]) -
     return names, rewritten
 
 
-def vector_scores(cfg: QueryConfiguration, names: list[str]) -> dict[str, float]:
+def vector_scores(cfg: QueryConfiguration, names: list[str]) -> Scores:
     """Name scoring: hybrid search of each extracted name in kb_item_names (only meaningful with
     BGE-M3 vectors, whose name-to-name scores separate; offline the lexical match decides)."""
     embedder = cfg.embedder
     if embedder.sparse_mode == "bm25":
         return {}
     store = cfg.vector_store
-    scores: dict[str, float] = {}
+    scores: Scores = {}
     for name in names:
         for hit in store.hybrid_search(store.items, embedder.embed_query(name), name, limit=5):
             scores[hit["product"]] = max(scores.get(hit["product"], 0.0), hit["score"])
     return scores
 
 
-def evidence_products(cfg: QueryConfiguration, query: str) -> tuple[list[str], list[dict]]:
+def evidence_products(cfg: QueryConfiguration, query: str) -> tuple[list[str], list[ProductScore]]:
     """A question naming no product: which products do its strong chunk matches belong to?"""
     hits = search_chunks(cfg, query, None, limit=10)
     if not hits:
@@ -89,7 +97,7 @@ def evidence_products(cfg: QueryConfiguration, query: str) -> tuple[list[str], l
     return list(dict.fromkeys(strong)), [{"product": h["product"], "score": s} for s, h in ranked[:5]]
 
 
-def history_products(history: list[dict]) -> list[str]:
+def history_products(history: list[Turn]) -> list[str]:
     for msg in reversed(history):
         if msg.get("products"):
             return list(msg["products"])
@@ -153,24 +161,21 @@ def foreign_brand(query: str, products: list[str], aliases: ProductAliases) -> s
     return ""
 
 
-def decide(cfg: QueryConfiguration, query: str, products: list[str], history: list[dict], pinned: str,
-           aliases: ProductAliases | None = None) -> dict:
-    """{branch, products, candidates, held, rewritten_query, method, scores, why}"""
+def decide(cfg: QueryConfiguration, query: str, products: list[str], history: list[Turn], pinned: str,
+           aliases: ProductAliases | None = None) -> ProductDecision:
     aliases = aliases or ProductAliases()
     if pinned:
         name = pinned if pinned in products else next(
             (m.name for m in rank_products(pinned, products) if m.kind == "full"), "")
         if name:
-            return {"branch": "confirmed", "products": [name], "candidates": [], "rewritten_query": query,
-                    "method": "pinned", "scores": {name: 1.0}}
+            return ProductDecision("confirmed", query, "pinned", {name: 1.0}, products=[name])
     extracted = extract_with_llm(cfg, query, history)
     names, rewritten = extracted if extracted else ([], query)
     method = "llm+lexical" if extracted else "lexical"
     found = read_products(query, names, products, aliases)
     if found.kind == "confirm" and unsettled_versions(query, found.products):
-        return {"branch": "ask", "products": [], "candidates": found.products[:MAX_CANDIDATES],
-                "rewritten_query": rewritten, "method": method, "scores": found.scores,
-                "why": "问题没有写明版本"}
+        return ProductDecision("ask", rewritten, method, found.scores, candidates=found.products[:MAX_CANDIDATES],
+                               why="问题没有写明版本")
     if found.kind == "confirm":
         # a comparison of versions: every version it writes of the confirmed products' models, not
         # only the last one named
@@ -178,18 +183,16 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
         models = [model(p) for p in found.products]
         compared = compared_versions(query, [p for p in products if model(p) in models])
         compared += compared_parts(query, products, aliases)
-        return {"branch": "confirmed", "products": sorted(set(found.products) | set(compared)), "candidates": [], "rewritten_query": rewritten,
-                "method": method, "scores": found.scores, "why": found.why}
+        return ProductDecision("confirmed", rewritten, method, found.scores,
+                               products=sorted(set(found.products) | set(compared)), why=found.why)
     if found.kind == "ask":
-        return {"branch": "ask", "products": [], "candidates": found.products[:MAX_CANDIDATES],
-                "rewritten_query": rewritten, "method": method, "scores": found.scores, "why": found.why}
+        return ProductDecision("ask", rewritten, method, found.scores, candidates=found.products[:MAX_CANDIDATES],
+                               why=found.why)
     if found.kind == "unknown-model":
-        return {"branch": "refuse", "products": [], "candidates": [], "held": found.held,
-                "rewritten_query": rewritten, "method": method, "scores": found.scores, "why": found.why}
+        return ProductDecision("refuse", rewritten, method, found.scores, held=found.held, why=found.why)
     maker = foreign_brand(query, products, aliases)
     if found.kind == "none" and maker:
-        return {"branch": "refuse", "products": [], "candidates": [], "rewritten_query": rewritten,
-                "method": method, "scores": {}, "why": f"知识库里没有 {maker} 的产品"}
+        return ProductDecision("refuse", rewritten, method, {}, why=f"知识库里没有 {maker} 的产品")
     # Nothing named lexically: the names' vectors, then the conversation, then the chunks decide.
     other_model = names_unknown_model(query, products)
     scores = {} if other_model else vector_scores(cfg, names)
@@ -198,29 +201,23 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
                         key=lambda n: -scores[n])[:MAX_CANDIDATES]
     confirmed = confirmed or compared_versions(query, candidates)
     if confirmed or len(candidates) == 1:  # one consistent product is that product, never one button
-        return {"branch": "confirmed", "products": confirmed or candidates, "candidates": [],
-                "rewritten_query": rewritten, "method": method, "scores": scores}
+        return ProductDecision("confirmed", rewritten, method, scores, products=confirmed or candidates)
     if candidates:
-        return {"branch": "ask", "products": [], "candidates": candidates, "rewritten_query": rewritten,
-                "method": method, "scores": scores}
+        return ProductDecision("ask", rewritten, method, scores, candidates=candidates)
     if not names and not other_model:
         # No product named: a follow-up ("它") inherits the conversation's product...
         previous = [n for n in history_products(history) if n in products]
         if previous:
-            return {"branch": "confirmed", "products": previous, "candidates": [],
-                    "rewritten_query": rewritten if extracted else f"{' '.join(previous)} {query}",
-                    "method": "history", "scores": {n: 1.0 for n in previous}}
+            return ProductDecision("confirmed", rewritten if extracted else f"{' '.join(previous)} {query}",
+                                   "history", {n: 1.0 for n in previous}, products=previous)
         # ...otherwise the chunks themselves say which product it is about.
         found_in, evidence = evidence_products(cfg, rewritten)
+        scores = {e["product"]: e["score"] for e in evidence}
         if len(found_in) == 1:
-            return {"branch": "confirmed", "products": found_in, "candidates": [], "rewritten_query": rewritten,
-                    "method": "evidence", "scores": {e["product"]: e["score"] for e in evidence}}
+            return ProductDecision("confirmed", rewritten, "evidence", scores, products=found_in)
         if found_in:
-            return {"branch": "ask", "products": [], "candidates": found_in[:MAX_CANDIDATES],
-                    "rewritten_query": rewritten, "method": "evidence",
-                    "scores": {e["product"]: e["score"] for e in evidence}}
-    return {"branch": "refuse", "products": [], "candidates": [], "rewritten_query": rewritten,
-            "method": method, "scores": scores}
+            return ProductDecision("ask", rewritten, "evidence", scores, candidates=found_in[:MAX_CANDIDATES])
+    return ProductDecision("refuse", rewritten, method, scores)
 
 
 def clarification(candidates: list[str]) -> str:
@@ -239,27 +236,24 @@ def refusal(products: list[str], held: list[str] | None = None) -> str:
 
 
 @graph_node("query", "node_product_confirm", "产品确认")
-def node_product_confirm(state: QueryGraphState, config: RunnableConfig) -> dict:
+def node_product_confirm(state: QueryGraphState, config: RunnableConfig) -> QueryUpdate:
     cfg = QueryConfiguration.from_runnable_config(config)
     products = cfg.vector_store.product_names()
     query = state["original_query"]
     d = decide(cfg, query, products, state.get("history") or [], (state.get("pinned_product") or "").strip(),
                product_aliases(cfg))
-    out = {
-        "branch": d["branch"], "rewritten_query": d["rewritten_query"], "products": d["products"],
-        "decision": {"method": d["method"], "scores": {k: round(v, 4) for k, v in d["scores"].items()}},
-    }
-    if d["branch"] == "ask":
-        out.update(candidates=d["candidates"], answer=clarification(d["candidates"]))
-        out["_summary"] = f"需要确认产品：{'、'.join(d['candidates'])}"
-    elif d["branch"] == "refuse":
-        held = d.get("held") or []
+    out: QueryUpdate = {"branch": d.branch, "rewritten_query": d.rewritten_query, "products": d.products,
+                        "decision": d.as_decision()}
+    if d.branch == "ask":
+        out.update(candidates=d.candidates, answer=clarification(d.candidates))
+        out["_summary"] = f"需要确认产品：{'、'.join(d.candidates)}"
+    elif d.branch == "refuse":
         # a model not held is refused outright: its family's buttons would offer another product for it
-        out.update(candidates=[] if held else products, answer=refusal(products, held))
-        out["_summary"] = f"知识库里没有这个型号（收录的是：{'、'.join(held)}）" if held else "没有找到相关产品"
+        out.update(candidates=[] if d.held else products, answer=refusal(products, d.held))
+        out["_summary"] = f"知识库里没有这个型号（收录的是：{'、'.join(d.held)}）" if d.held else "没有找到相关产品"
     else:
         out.update(candidates=[], answer="")
-        why = f"（{d['why']}）" if d.get("why") else ""
-        out["_summary"] = f"已确认：{'、'.join(d['products'])}{why}；检索问题：{d['rewritten_query']}"
-    out["_detail"] = {"branch": d["branch"], **out["decision"], "candidates": out["candidates"]}
+        why = f"（{d.why}）" if d.why else ""
+        out["_summary"] = f"已确认：{'、'.join(d.products)}{why}；检索问题：{d.rewritten_query}"
+    out["_detail"] = {"branch": d.branch, **out["decision"], "candidates": out["candidates"]}
     return out

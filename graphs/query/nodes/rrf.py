@@ -6,11 +6,11 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.retrieval import brief, rrf_fuse
-from graphs.query.state import QueryGraphState
+from graphs.query.state import QueryGraphState, QueryUpdate
 
 
 @graph_node("query", "node_rrf", "RRF 融合")
-def node_rrf(state: QueryGraphState, config: RunnableConfig) -> dict:
+def node_rrf(state: QueryGraphState, config: RunnableConfig) -> QueryUpdate:
     cal = QueryConfiguration.from_runnable_config(config).calibration()
     question = state.get("embedding_chunks") or []
     hyde = state.get("hyde_embedding_chunks") or []

@@ -6,7 +6,7 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.retrieval import brief, search_chunks
-from graphs.query.state import QueryGraphState
+from graphs.query.state import QueryGraphState, QueryUpdate
 from services.chat_model import invoke_text
 from services.prompts import load_prompt
 
@@ -14,7 +14,7 @@ HYDE_MAX_CHARS = 300
 
 
 @graph_node("query", "node_search_embedding_hyde", "HyDE 检索")
-def node_search_embedding_hyde(state: QueryGraphState, config: RunnableConfig) -> dict:
+def node_search_embedding_hyde(state: QueryGraphState, config: RunnableConfig) -> QueryUpdate:
     cfg = QueryConfiguration.from_runnable_config(config)
     llm = cfg.chat_model()
     if llm is None:  # the reason even when the switch is off too (it cannot be turned on)

@@ -10,11 +10,11 @@ from langchain_core.runnables import RunnableConfig
 from graphs.base import graph_node
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.retrieval import brief, rank_and_cut, search_chunks
-from graphs.query.state import QueryGraphState
+from graphs.query.state import QueryGraphState, QueryUpdate
 
 
 @graph_node("query", "node_search_rewritten", "改写后检索")
-def node_search_rewritten(state: QueryGraphState, config: RunnableConfig) -> dict:
+def node_search_rewritten(state: QueryGraphState, config: RunnableConfig) -> QueryUpdate:
     cfg = QueryConfiguration.from_runnable_config(config)
     hits = search_chunks(cfg, state["rewrite"]["query"], state.get("products") or [])
     kept, info = rank_and_cut(cfg, state["rewritten_query"], hits, state.get("products") or [])

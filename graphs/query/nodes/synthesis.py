@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from graphs.base import graph_node
 from graphs.query.evidence import merge_evidence, no_knowledge_text
-from graphs.query.state import QueryGraphState
+from graphs.query.state import QueryGraphState, QueryUpdate
 
 
 @graph_node("query", "node_synthesis", "汇总子问题")
-def node_synthesis(state: QueryGraphState) -> dict:
+def node_synthesis(state: QueryGraphState) -> QueryUpdate:
     results = sorted(state.get("sub_results") or [], key=lambda r: r["index"])
     used = [r for r in results if r["docs"] and r["grade"]["relevant"]]
     parts = [r for r in results if not r.get("whole")]

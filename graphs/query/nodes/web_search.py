@@ -7,14 +7,14 @@ from langchain_core.runnables import RunnableConfig
 
 from graphs.base import graph_node
 from graphs.query.configuration import QueryConfiguration
-from graphs.query.state import QueryGraphState
+from graphs.query.state import QueryGraphState, QueryUpdate
 from services.web_search import web_search
 
 WEB_COUNT = 5
 
 
 @graph_node("query", "node_web_search_mcp", "联网搜索")
-def node_web_search_mcp(state: QueryGraphState, config: RunnableConfig) -> dict:
+def node_web_search_mcp(state: QueryGraphState, config: RunnableConfig) -> QueryUpdate:
     settings = QueryConfiguration.from_runnable_config(config).settings
     # An absent backend is the reason even when the switch is off too (it cannot be turned on).
     if not settings.web_search_enabled:
