@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from api_fixtures import api_client, api_server, wait_task  # noqa: F401 (fixtures)
+from graphs.importing import run_import
 from graphs.products import ProductAliases, document_aliases, parse_facets, short_forms
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.contracts import ProductDecision
 from graphs.query.nodes.product_confirm import decide, refusal
+from services.settings import get_settings
 
 CATALOGUE = ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1", "Zorvex KX-12", "Zorvex Nimbus Tab 7",
              "Zorvex Nimbus Tab 7 Pro", "Quorra & Vale 03"]
@@ -80,8 +82,28 @@ def test_a_model_not_held_is_refused_naming_what_the_family_holds():
 @pytest.mark.parametrize("question", ["Zorvex KX-12 Max 的散热片怎么装？", "KX-12-EVB2 开发套件怎么供电？",
                                       "Nimbus Tab 7 Ultra 的屏幕多大？"])
 def test_a_held_name_written_as_the_start_of_a_longer_model_is_refused(question):
-    d = ask(question)  # a variant word or a glued-on code: another model of the line
-    assert d["branch"] == "refuse" and d["products"] == [] and d["held"], d
+    d = ask(question)  # a variant word or a glued-on code: another model of the line, in no document
+    assert d.branch == "refuse" and d.products == [] and d.held, d
+
+
+@pytest.fixture(scope="module")
+def kx12_manual(tmp_path_factory):
+    """A KX-12 manual that also describes its Max variant (a variant inside its base model's manual)."""
+    root = tmp_path_factory.mktemp("kx12")
+    settings = get_settings().replace(data_dir=root / "data")
+    (root / "kx12.md").write_text(
+        "# Zorvex KX-12 用户手册\n\n## 规格\n\nKX-12 使用 Python 脚本配置，支持 24V 供电。\n\n"
+        "## 散热\n\nKX-12 Max 版加装了铝制散热片，用 4 颗 M3 螺丝固定在板背面。\n", encoding="utf-8")
+    result = run_import(root / "kx12.md", product="Zorvex KX-12", config={"configurable": {"settings": settings}})
+    assert result.status == "completed", result.error
+    return QueryConfiguration(settings)
+
+
+def test_a_longer_model_its_held_products_documents_describe_is_that_product(kx12_manual):
+    d = decide(kx12_manual, "Zorvex KX-12 Max 的散热片怎么装？", CATALOGUE, [], "", ALIASES)
+    assert (d.branch, d.products) == ("confirmed", ["Zorvex KX-12"]) and "文档写到了" in d.why, d
+    d = decide(kx12_manual, "Zorvex KX-12 Ultra 的散热片怎么装？", CATALOGUE, [], "", ALIASES)
+    assert d.branch == "refuse" and d.held == ["Zorvex KX-12"], d  # a variant its manual never writes
 
 
 @pytest.mark.parametrize(("question", "product"), [("Zorvex KX-12 Python 示例怎么跑？", "Zorvex KX-12"),
@@ -89,7 +111,7 @@ def test_a_held_name_written_as_the_start_of_a_longer_model_is_refused(question)
                                                    ("Zorvex KX-12-V2 的接口", "Zorvex KX-12")])
 def test_a_word_after_a_held_name_that_is_no_model_keeps_it_confirmed(question, product):
     d = ask(question)  # a language, a held variant, a version glued on
-    assert (d["branch"], d["products"]) == ("confirmed", [product]), d
+    assert (d.branch, d.products) == ("confirmed", [product]), d
 
 
 def test_a_brand_without_a_model_asks_among_its_products():

@@ -42,6 +42,11 @@ def normalize(text: str) -> str:
     return re.sub(r"[`*\"'“”‘’（）()\[\]【】]", " ", text)
 
 
+def squashed_name(text: str) -> str:
+    """Normalised with separators removed: "Mars CM-Lite" and "mars cm lite" are one name."""
+    return _SEPS.sub("", normalize(text))
+
+
 @lru_cache(maxsize=65536)
 def _tokens(name: str) -> tuple[str, ...]:
     return tuple(tokens(name))
@@ -73,6 +78,7 @@ class ProductMatch:
     kind: str  # "full" | "partial" | "brand" | "nested" | "other-model" (a known brand, unknown model) | "none"
     span: tuple[int, int] = (0, 0)
     covered: list[str] = field(default_factory=list)
+    longer: str = ""  # other-model: the longer model the question writes this full name inside ("mars pro")
 
 
 def _next_word(text: str, end: int, numbers: bool) -> str:
@@ -84,14 +90,14 @@ def _next_word(text: str, end: int, numbers: bool) -> str:
     return m.group(1).split(".")[0]
 
 
-def _extends_model(text: str, end: int, all_tokens: set[str] | frozenset[str]) -> bool:
-    """Whether a full name is written as the start of a longer model the catalogue lacks: a code
-    glued on by a hyphen ("ESP32-C3-DevKitM-1") or a variant word ("Mars Pro"). A version ("-V2")
-    is read by the version rules, a held word ("Duo S" beside "Duo") by the longer name."""
-    m = re.match(r"(-|\s+)([a-z][a-z0-9]*|\d+[a-z][a-z0-9]*)(?![a-z0-9.])", text[end:])
+def _extension(text: str, end: int, all_tokens: set[str] | frozenset[str]) -> int:
+    """Where a full name written as the start of a longer model ends (0: it is not): a code glued on
+    by a hyphen ("ESP32-C3-DevKitM-1") or a variant word ("Mars Pro"). A version ("-V2") is read by
+    the version rules, a held word ("Duo S" beside "Duo") by the longer name."""
+    m = re.match(r"(-|\s+)([a-z][a-z0-9]*|\d+[a-z][a-z0-9]*)(?:-[a-z0-9]+)*(?![a-z0-9.])", text[end:])
     if not m or m.group(2) in all_tokens or VERSION_TOKEN.fullmatch(m.group(2)):
-        return False
-    return m.group(1) == "-" or m.group(2) in VARIANT_WORDS
+        return 0
+    return end + m.end() if m.group(1) == "-" or m.group(2) in VARIANT_WORDS else 0
 
 
 def _is_latin(tok: str) -> bool:
@@ -167,8 +173,9 @@ def match_product(question: str, name: str, all_tokens: set[str] | frozenset[str
     if all(t in got for t in required):
         if FAMILY.match(q, span[1]):  # "Mars 系列": the family, not one model
             return ProductMatch(name, FAMILY_SCORE, "family", span, got)
-        if _extends_model(q, span[1], all_tokens):
-            return ProductMatch(name, 0.0, "other-model", span, got)
+        longer = _extension(q, span[1], all_tokens)
+        if longer:
+            return ProductMatch(name, 0.0, "other-model", span, got, longer=q[span[0]:longer])
         return ProductMatch(name, CONFIRM_SCORE, "full", span, got)
     # Partial or brand only: a different model word right after ("Milk-V Mars") rules it out.
     # After a line word ("myCobot", "Pi") a number is a model too; after a code it is a count or a size.
@@ -226,6 +233,9 @@ class Resolution:
     kind: str  # "confirm" | "ask" | "unknown-model" | "none" (the question names no product of the catalogue)
     products: list[str] = field(default_factory=list)  # confirmed, or the candidates to ask between
     held: list[str] = field(default_factory=list)  # unknown-model: what the catalogue holds of the line named
+    # unknown-model: longer models the question writes a held name inside; the held products' own
+    # documents may still describe them (a variant inside its base model's manual)
+    longer: list[str] = field(default_factory=list)
     scores: dict[str, float] = field(default_factory=dict)
     why: str = ""  # how it was decided, for the step's text
 
@@ -317,6 +327,7 @@ def resolve(question: str, names: list[str], aliases: ProductAliases | None = No
         # the line named is the products whose name the question starts writing ("myCobot 320")
         line = named_codes or [m for m in matches if m.kind == "other-model" and _tokens(m.name)[0] in m.covered]
         return Resolution("unknown-model", held=sorted({m.name for m in line}), scores=scores,
+                          longer=sorted({m.longer for m in matches if m.longer}),
                           why="问题写的型号或版本不在知识库里")
     candidates = sorted((m for m in kept if m.score >= CANDIDATE_THRESHOLD), key=lambda m: (-m.score, m.name))
     if len(candidates) == 1:

@@ -19,7 +19,8 @@ from graphs.query.contracts import ProductDecision, Scores, Turn
 from graphs.products import ProductAliases, VERSION_WORD, brand_aliases, parse_facets, version_key
 from graphs.query.planning import COMPARE, EACH, compared_versions
 from graphs.query.product_match import (
-    CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, Resolution, names_unknown_model, rank_products, resolve, tokens,
+    CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, Resolution, names_unknown_model, rank_products, resolve, squashed_name,
+    tokens,
 )
 from graphs.query.retrieval import search_chunks
 from graphs.query.state import QueryGraphState, QueryUpdate
@@ -27,6 +28,7 @@ from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
 
 log = logging.getLogger("query.node_product_confirm")
+DOCUMENTING_HITS = 10  # passages read for a longer model the question writes (it is rare, and exact)
 
 MAX_CANDIDATES = 3
 
@@ -95,6 +97,26 @@ def evidence_products(cfg: QueryConfiguration, query: str) -> tuple[list[str], l
         return [], [{"product": h["product"], "score": s} for s, h in ranked[:3]]
     strong = [h["product"] for s, h in ranked if s >= top - EVIDENCE_MARGIN]
     return list(dict.fromkeys(strong)), [{"product": h["product"], "score": s} for s, h in ranked[:5]]
+
+
+def documenting(cfg: QueryConfiguration, models: list[str], held: list[str]) -> list[str]:
+    """Which held products' documents write one of these longer models ("Mars CM Lite" inside the
+    Mars CM manual): such a variant is that product's, not one the catalogue lacks."""
+    found: list[str] = []
+    for model in models:
+        written = squashed_name(model)
+        try:
+            hits = search_chunks(cfg, model, held, limit=DOCUMENTING_HITS)
+        except Exception as exc:  # no evidence either way: the catalogue's names decide
+            log.warning("could not look for %r in the documents: %s", model, exc)
+            return []
+        for hit in hits:
+            # a manual writes its own models without their maker ("KX-12 Max" for "Zorvex KX-12 Max")
+            brand = squashed_name(parse_facets(hit["product"]).brand)
+            forms = {written, written.removeprefix(brand)} if brand else {written}
+            content = squashed_name(hit.get("content") or "")
+            found += [hit["product"]] if any(f and f in content for f in forms) else []
+    return list(dict.fromkeys(found))
 
 
 def history_products(history: list[Turn]) -> list[str]:
@@ -189,6 +211,13 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
         return ProductDecision("ask", rewritten, method, found.scores, candidates=found.products[:MAX_CANDIDATES],
                                why=found.why)
     if found.kind == "unknown-model":
+        documented = documenting(cfg, found.longer, found.held)
+        if len(documented) == 1:
+            return ProductDecision("confirmed", rewritten, method, {documented[0]: CONFIRM_THRESHOLD},
+                                   products=documented, why=f"{documented[0]} 的文档写到了问题里的型号")
+        if documented:
+            return ProductDecision("ask", rewritten, method, found.scores, candidates=documented[:MAX_CANDIDATES],
+                                   why="问题里的型号写在几款产品的文档里")
         return ProductDecision("refuse", rewritten, method, found.scores, held=found.held, why=found.why)
     maker = foreign_brand(query, products, aliases)
     if found.kind == "none" and maker:
