@@ -11,7 +11,7 @@ import pytest
 from conftest import CORPUS
 from import_fixtures import fresh_data  # noqa: F401 (fixture)
 from graphs.importing import iter_import_files
-from graphs.importing.recognition import is_valid_name, plan_set
+from graphs.importing.recognition import is_valid_name, plan_set, with_maker
 
 DOCS = CORPUS / "milkv-docs"
 
@@ -156,3 +156,24 @@ def test_the_same_site_saved_as_web_pages_gives_the_same_products(tmp_path):
     mixed = [site / Path(k).with_suffix(".html") for k in keys[:11]] + [DOCS / k for k in keys[11:]]
     as_markdown = [(p.product, p.how) for p in plan_set([DOCS / k for k in keys], None)]
     assert [(p.product, p.how) for p in plan_set(mixed, None)] == as_markdown
+
+
+
+def test_a_name_the_set_also_writes_after_its_makers_words_is_that_product():
+    names = {"Nova Labs ORB K7", "Nova Labs ORB K9", "ORB K7", "Mars", "Mars CM", "CM", "Duo", "Zorvex Duo", "Ace Duo"}
+    # "Nova Labs" stands before two names; "Mars" is a model's word; "Duo" has two makers' names
+    assert with_maker(names) == {"ORB K7": "Nova Labs ORB K7"}
+    assert with_maker({"Zero 2 W", "Raspberry Pi Zero 2 W"}) == {"Zero 2 W": "Raspberry Pi Zero 2 W"}  # a reviewed maker
+    assert with_maker({"Duo", "Zorvex Duo"}) == {}  # one name after an unknown word: no evidence of a maker
+
+
+def test_a_wiki_whose_folders_and_titles_write_the_maker_differently_gives_one_name_per_board():
+    """Folder `SeeedStudio_XIAO_ESP32C3` names "XIAO ESP32C3", a page's title "Seeed Studio XIAO
+    ESP32C3": the MANIFEST's true product for every page."""
+    root = CORPUS / "seeed-xiao"
+    truth = dict(re.findall(r"^\| `([^`]+\.md)` \|.*\| ([^|]+?) \|$", (root / "MANIFEST.md").read_text(encoding="utf-8"),
+                            re.MULTILINE))
+    got = names_of(plan_set([p for p in iter_import_files([root]) if p.name != "MANIFEST.md"], root), root)
+    # the S3 pages' truth names the series they cover; the documents write the series "XIAO ESP32-S3"
+    expected = {page: "Seeed Studio XIAO ESP32-S3" if "ESP32S3" in page else truth[page] for page in truth}
+    assert got == expected, got

@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from graphs.importing.naming import MAX_NAME_CHARS, offline_product
+from graphs.products import brand_aliases
 from graphs.vocabulary import PRODUCT_NOUNS, TECH_NOUNS, TECH_TERMS
 from services.converter_box import markdown_of
 from services.settings import get_settings
@@ -509,6 +510,26 @@ class PlannedFile:
     backed: bool = False
 
 
+def with_maker(names: set[str]) -> dict[str, str]:
+    """Names of a set that are another of its names without the maker's words before them ("XIAO
+    ESP32C3" beside "Seeed Studio XIAO ESP32C3": a folder's name and a title's): one product, under
+    the longer name. Maker's words are a reviewed brand, or words the set writes before two or more
+    of its names; a model's words ("Mars" of "Mars CM") are neither."""
+    folded = {n: " ".join(_fold(n).split()) for n in names}
+    makers = {_fold(b) for b in brand_aliases()}
+
+    def maker(words: str) -> bool:
+        return words in makers or sum(f.startswith(words + " ") for f in folded.values()) >= 2
+
+    out = {}
+    for name, short in folded.items():
+        longer = [m for m, f in folded.items() if m != name and f.endswith(" " + short)
+                  and maker(f[:-len(short) - 1])]
+        if len(longer) == 1:
+            out[name] = longer[0]
+    return out
+
+
 def plan_set(paths: list[Path], root: Path | None = None,
              folders: dict[str, tuple[str, ...]] | None = None) -> list[PlannedFile]:
     """Products of a set of files before any is imported. Markdown and web pages are read together
@@ -532,4 +553,6 @@ def plan_set(paths: list[Path], root: Path | None = None,
             out.append(PlannedFile(path, "", "file" if r is None else r.how, r.evidence if r else ""))
         else:
             out.append(PlannedFile(path, refine(r.product, own.get(str(path), "")), r.how, r.evidence, r.backed))
-    return out
+    same = with_maker({f.product for f in out if f.product})
+    return [replace(f, product=same[f.product], evidence=f"{f.evidence}；同一批文档里写作“{same[f.product]}”")
+            if f.product in same else f for f in out]
