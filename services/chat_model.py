@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any
-
-from langchain_openai import ChatOpenAI
+from typing import TYPE_CHECKING, Any
 
 from services.errors import LLMError
 from services.settings import Settings, get_settings
+
+if TYPE_CHECKING:  # the client library costs a second at every start; loaded when a model is configured
+    from langchain_openai import ChatOpenAI
 
 # A model's JSON reply: an object whose fields the caller checks before it uses one.
 JsonObject = dict[str, Any]
@@ -22,6 +23,8 @@ _FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
 
 @lru_cache(maxsize=8)
 def _model(base: str, key: str, model: str, timeout: float, json_mode: bool) -> ChatOpenAI:
+    from langchain_openai import ChatOpenAI
+
     kwargs = {"response_format": {"type": "json_object"}} if json_mode else {}
     return ChatOpenAI(
         base_url=base, api_key=key, model=model, temperature=0.1, timeout=timeout, max_retries=1,

@@ -21,6 +21,7 @@ import pymupdf
 from pymupdf4llm.helpers import pymupdf_rag
 
 from services.errors import PdfConversionError
+from services.page_markers import PAGE_MARKER, PAGE_MARKER_RE
 from services.settings import Settings, get_settings
 
 NODE = "node_pdf_to_md"
@@ -30,8 +31,6 @@ HTTP_TIMEOUT_S = 60.0
 MAX_RETRIES = 3
 RETRY_BACKOFF_S = 1.0  # doubled on every retry
 EOF_TAIL_BYTES = 1024
-PAGE_MARKER = "<!-- kb-page: {} -->"  # 1-based page number
-PAGE_MARKER_RE = re.compile(r"<!-- kb-page: (\d+) -->")
 MATCH_KEY_CHARS = 12  # leading characters of a MinerU block looked up in full.md
 
 

@@ -11,8 +11,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from agents.mcp import MCPServerStreamableHttp
-
 from services.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -58,6 +56,10 @@ async def web_search(query: str, count: int = 5, settings: Settings | None = Non
 
 
 async def _call(settings: Settings, query: str, count: int) -> Any:
+    # the agents SDK (and the OpenAI client under it) costs a second at every start: loaded when a
+    # search is made, which only a configured MCP server does
+    from agents.mcp import MCPServerStreamableHttp
+
     headers = {"Authorization": f"Bearer {settings.mcp_api_key}"} if settings.mcp_api_key else {}
     server = MCPServerStreamableHttp(
         params={"url": settings.mcp_dashscope_base_url, "headers": headers, "timeout": CONNECT_TIMEOUT_S},

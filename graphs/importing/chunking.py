@@ -8,7 +8,7 @@ sections, keeps numbered siblings at one level ("2.1" inside "2."), lets no docu
 matter heading (前言, 修订历史, 版权声明 …) head every section, and keeps a table of contents out of
 every section (its text stays, under the document's name).
 
-Converted PDFs carry page markers (``services.pdf_parser.PAGE_MARKER``): every chunk then gets the
+Converted PDFs carry page markers (``services.page_markers.PAGE_MARKER``): every chunk then gets the
 pages its text lies on.  Other documents get page 0.
 """
 import html
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from graphs.importing.state import Chunk
-from services.pdf_parser import PAGE_MARKER_RE
+from services.page_markers import PAGE_MARKER_RE
 
 NO_TITLE = "无标题"
 PATH_SEP = " > "

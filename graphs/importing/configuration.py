@@ -5,7 +5,7 @@ the process's own for the given settings. Nodes read them here, never through mo
 """
 from __future__ import annotations
 
-from langchain_openai import ChatOpenAI
+from typing import TYPE_CHECKING
 
 from graphs.base import Configuration, Service
 from services.chat_model import get_chat_model
@@ -15,6 +15,9 @@ from services.object_store import ObjectStore, get_object_store
 from services.task_queue import TaskQueue, get_task_queue
 from services.task_store import TaskStore, get_task_store
 from services.vector_store import VectorStore, get_vector_store
+
+if TYPE_CHECKING:
+    from langchain_openai import ChatOpenAI
 
 
 class ImportConfiguration(Configuration):

@@ -6,8 +6,7 @@ the process's own for the given settings. Nodes read them here, never through mo
 from __future__ import annotations
 
 from dataclasses import replace
-
-from langchain_openai import ChatOpenAI
+from typing import TYPE_CHECKING
 
 from graphs.base import Configuration, Service
 from graphs.query.calibration import Calibration, calibration_of
@@ -17,6 +16,9 @@ from services.embeddings import Embedder, get_embedder
 from services.history_store import HistoryStore, get_history_store
 from services.reranker import OfflineReranker, Reranker, get_reranker
 from services.vector_store import VectorStore, get_vector_store
+
+if TYPE_CHECKING:  # the chat client is loaded only when a chat model is configured
+    from langchain_openai import ChatOpenAI
 
 
 class QueryConfiguration(Configuration):

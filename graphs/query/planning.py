@@ -10,14 +10,16 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from langchain_openai import ChatOpenAI
 
 from graphs.query.contracts import Branch, QuestionPlan, SubQuestion
 from graphs.query.product_match import VERSION_TOKEN, normalize, rank_products, tokens
 from services.chat_model import JsonObject, invoke_text, parse_json_reply
 from services.prompts import load_prompt
+
+if TYPE_CHECKING:  # the chat client is loaded only when a chat model is configured
+    from langchain_openai import ChatOpenAI
 
 log = logging.getLogger("query.planning")
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import jieba
-from langchain_openai import ChatOpenAI
 
 from graphs.query.contracts import Hit, Rewrite
 from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
 from services.reranker import STOPWORDS, idf, query_terms
+
+if TYPE_CHECKING:  # the chat client is loaded only when a chat model is configured
+    from langchain_openai import ChatOpenAI
 
 log = logging.getLogger("query.rewriting")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from langchain_core.runnables import RunnableConfig
-from langchain_openai import ChatOpenAI
 
 from graphs.base import graph_node
 from graphs.importing.configuration import ImportConfiguration
@@ -23,6 +23,9 @@ from graphs.importing.state import Chunk, ImportGraphState, ImportUpdate
 from services.chat_model import invoke_text
 from services.documents import DocumentRecord, DocumentRegistry
 from services.prompts import load_prompt
+
+if TYPE_CHECKING:
+    from langchain_openai import ChatOpenAI
 
 log = logging.getLogger("import.node_product_recognition")
 

@@ -9,11 +9,10 @@ its text cites are `cited(answer, sources)`.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import httpx
-import openai
 from langchain_core.runnables import RunnableConfig
-from langchain_openai import ChatOpenAI
 
 from graphs.base import emit, graph_node
 from graphs.query.configuration import QueryConfiguration
@@ -23,6 +22,9 @@ from graphs.query.state import QueryGraphState, QueryUpdate
 from services.chat_model import messages
 from services.errors import LLMError
 from services.prompts import load_prompt
+
+if TYPE_CHECKING:  # the chat client is loaded only when a chat model is configured
+    from langchain_openai import ChatOpenAI
 
 
 IMAGE_SUFFIX = re.compile(r"\.(png|jpe?g|gif|webp|bmp|svg)(\?.*)?$", re.IGNORECASE)
@@ -105,6 +107,8 @@ def settled_part(text: str) -> str:
 
 def stream_answer(llm: ChatOpenAI, prompt_user: str, allowed_urls: set[str], timeout_s: float) -> str:
     """Stream the model's answer as deltas of what the user may see; return the shown answer."""
+    import openai  # loaded with the chat client, which a configured model has brought in already
+
     text, shown = "", ""
     try:
         for chunk in llm.stream(messages(load_prompt("answer_system"), prompt_user)):
