@@ -29,6 +29,18 @@ class NodeLogEntry(TypedDict):
     seconds: float
 
 
+class NodeEventFields(TypedDict, total=False):
+    """What `graph_node` emits about a node in either graph (each graph's event types add `type`)."""
+    node: str
+    label: str
+    status: str                  # node_end: "ok" | "skipped"
+    summary: str
+    detail: object
+    seconds: float
+    error: str
+    text: str                    # node_progress
+
+
 class StepReport(TypedDict, total=False):
     """What a node body adds to the state it returns; `graph_node` turns it into a `NodeLogEntry`."""
     _summary: str

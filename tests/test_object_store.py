@@ -199,12 +199,16 @@ def test_file_names_and_object_names_cannot_escape(harness, tmp_path):
     assert not list((tmp_path / "data").rglob("evil.png"))
 
 
-def test_unreachable_s3_fails_fast_with_chinese_message(tmp_path):
+def unreachable_s3(tmp_path) -> Settings:
+    """Settings naming an S3 endpoint on a port nobody listens on."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    settings = Settings(data_dir=tmp_path, minio_endpoint=f"127.0.0.1:{port}", minio_access_key="k",
-                        minio_secret_key="s")
+    return Settings(data_dir=tmp_path, minio_endpoint=f"127.0.0.1:{port}", minio_access_key="k", minio_secret_key="s")
+
+
+def test_unreachable_s3_fails_fast_with_chinese_message(tmp_path):
+    settings = unreachable_s3(tmp_path)
     store = get_object_store(settings)
     assert store.backend == "minio" and store is get_object_store(settings)
     started = time.monotonic()
@@ -233,11 +237,7 @@ def test_a_local_original_shares_the_uploaded_file_s_disk_blocks(tmp_path):
 
 
 def test_pictures_of_an_unreachable_s3_are_503_not_404(tmp_path):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    settings = Settings(data_dir=tmp_path, minio_endpoint=f"127.0.0.1:{port}", minio_access_key="k",
-                        minio_secret_key="s")
+    settings = unreachable_s3(tmp_path)
     server = UvicornThread(Starlette(routes=[images_mount(settings)]), "images")
     url = f"http://127.0.0.1:{server.start()}/kb-files/upload-images/doc/a.png"
     try:

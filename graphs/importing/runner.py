@@ -14,6 +14,7 @@ from typing import Callable, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
+from graphs.base import NodeEventFields
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.files import StagedFile, discard, doc_identity
 from graphs.importing.graph import build_import_graph
@@ -26,18 +27,10 @@ from services.vector_store import eq_filter
 log = logging.getLogger("import.runner")
 
 
-class ImportEvent(TypedDict, total=False):
+class ImportEvent(NodeEventFields, total=False):
     """What `on_event` receives: the graph's node events, then `import_done` or `import_failed`."""
     type: str                  # "node_start" | "node_end" | "node_error" | "node_progress" | "import_done" | "import_failed"
     task_id: str
-    node: str
-    label: str
-    status: str                # node_end: "ok" | "skipped"
-    summary: str
-    detail: object
-    seconds: float
-    error: str
-    text: str                  # node_progress
     result: dict[str, object]  # import_done: ImportResult.to_dict()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Literal, NotRequired, TypedDict
 
-from graphs.base import NodeLogEntry
+from graphs.base import NodeEventFields, NodeLogEntry
 from services.history_store import Turn
 from services.hits import Hit
 
@@ -176,16 +176,8 @@ class Source(TypedDict):
     content: str
 
 
-class NodeEvent(TypedDict, total=False):
+class NodeEvent(NodeEventFields, total=False):
     type: Literal["node_start", "node_end", "node_error", "node_progress"]
-    node: str
-    label: str
-    status: str                  # node_end: "ok" | "skipped"
-    summary: str
-    detail: object
-    seconds: float
-    error: str
-    text: str                    # node_progress
 
 
 class DeltaEvent(TypedDict):
