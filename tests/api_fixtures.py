@@ -4,8 +4,10 @@ Import the fixtures into a test module (`from api_fixtures import api, api_serve
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 import httpx
@@ -143,3 +145,14 @@ def wait_task(client: httpx.Client, task_id: str, timeout: float = 180) -> dict:
             return status
         time.sleep(0.2)
     raise TimeoutError(f"import task {task_id} did not finish in {timeout}s")
+
+
+def files_under(folder: Path) -> list[Path]:
+    """The files under `folder` now; os.walk skips a folder the server removes while it is read."""
+    return sorted(Path(top) / name for top, _, names in os.walk(folder) for name in names)
+
+
+def task_folders_under(uploads: Path) -> list[Path]:
+    """Folders below the day folders of `uploads` (one per upload while it is staged)."""
+    return sorted(Path(top) / name for top, names, _ in os.walk(uploads)
+                  if Path(top) != uploads for name in names)

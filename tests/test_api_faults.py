@@ -19,7 +19,7 @@ import graphs.importing.configuration as import_configuration
 import graphs.query.configuration as query_configuration
 from api import health as api_health, routes as api_routes
 from api_fixtures import (  # noqa: F401 (fixtures)
-    ANSWER, api, api_server, ask_stream, model, wait_task,
+    ANSWER, api, api_server, ask_stream, files_under, model, wait_task,
 )
 from conftest import CORPUS_DOCS, ROOT, auth_header
 from graphs.importing import hand_on_expired, jobs as import_jobs
@@ -123,10 +123,6 @@ class _DownDatabase:
         return False
 
 
-def _files_under(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file())
-
-
 def test_history_store_down_still_streams_the_answer_with_warnings(api, monkeypatch, caplog, product_of):
     down = HistoryStore(db=_DownDatabase())
     for module in (query_configuration, api_routes):
@@ -152,10 +148,10 @@ def test_history_store_down_still_streams_the_answer_with_warnings(api, monkeypa
         assert reply.status_code == 503 and "MongoDB" in reply.json()["error"]
 
     uploads = get_settings().data_dir / "uploads"
-    kept_before = _files_under(uploads)
+    kept_before = files_under(uploads)
     reply = api.post("/api/upload", files=[("files", ("new.md", b"# new\n\ntext", "text/markdown"))])
     assert reply.status_code == 503 and "导入任务无法创建" in reply.json()["error"]
-    assert _files_under(uploads) == kept_before  # nothing staged is kept
+    assert files_under(uploads) == kept_before  # nothing staged is kept
     health = api.get("/api/health")
     assert health.status_code == 503
     assert health.json()["history_store"] == {**health.json()["history_store"], "backend": "mongodb", "ok": False}

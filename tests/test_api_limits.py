@@ -16,7 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api_fixtures import api, api_server, wait_task  # noqa: F401 (fixtures)
+from api_fixtures import (  # noqa: F401 (fixtures)
+    api, api_server, files_under, task_folders_under, wait_task,
+)
 from conftest import ROOT, auth_header
 
 BOUNDARY = b"zgzk-limit-boundary"
@@ -31,10 +33,6 @@ def multipart(name: bytes, size: int):
     for _ in range(size // CHUNK):
         yield b"0" * CHUNK
     yield b"\r\n--" + BOUNDARY + b"--\r\n"
-
-
-def files_under(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
 
 
 async def test_an_oversized_file_is_cut_off_as_it_arrives(api_server, env, tmp_path):
@@ -96,7 +94,7 @@ async def test_a_file_is_written_once_and_never_past_its_limit(api_server, env, 
     assert reply.json()["error"] == "文件“huge.pdf”太大：单个文件超过了 1 MB 的上限，已停止接收。"
     assert 0 < max(written) <= limit  # the block that would pass the limit is never written
     assert spooled == [] and not list((tmp_path / "tmp").iterdir())  # nothing went through the temporary folder
-    assert files_under(uploads) == [] and not list(uploads.rglob("*/*"))  # and the task folder went too
+    assert files_under(uploads) == [] and task_folders_under(uploads) == []  # and the task folder went too
 
 
 def _send_part_of(base_url: str, head: bytes, declared: int) -> socket.socket:
@@ -126,8 +124,8 @@ def test_a_client_that_hangs_up_mid_file_leaves_nothing(api_server, env, tmp_pat
     # the first file is complete and the second one is arriving when the client goes
     assert _wait_for(lambda: len(files_under(uploads)) == 2), files_under(uploads)
     sock.close()
-    assert _wait_for(lambda: files_under(uploads) == []), files_under(uploads)
-    assert not list(uploads.rglob("*/*"))
+    assert _wait_for(lambda: files_under(uploads) == [] and task_folders_under(uploads) == []), (
+        files_under(uploads), task_folders_under(uploads))
     # the server goes on: a whole upload of several files imports, each kept once, as it was sent
     files = [("files", (f"manual-{i}.md", f"# 星海 R{i} 说明书\n\n长按电源键三秒开机。\n".encode(), "text/markdown"))
              for i in range(3)]
