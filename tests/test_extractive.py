@@ -92,3 +92,24 @@ def test_a_configured_rerank_server_gets_the_cross_encoder_calibration(env):
     chosen = calibration()
     assert chosen is CALIBRATIONS[("use-m3", "cross-encoder")] and chosen.measured.startswith("not measured")
     assert (chosen.input_weight, chosen.rerank_weight, chosen.strip_products) == (0.0, 1.0, False)
+
+
+# A made-up espresso machine's care page: the first sentence restates what is asked, the fact comes
+# after four sentences that hold none of the question's words.
+DESCALING = ("保养 > 日常维护\n\n请使用原装电源线。首次使用前请通读本手册。本机的自动除垢提醒功能可以在设置菜单里开启或关闭。\n\n机器出厂时已经做过出水测试。"
+             "包装内附有一包试用咖啡豆。清洗滤网请用软毛刷。接水盘满时请及时倒掉。\n\n"
+             "除垢提醒灯亮起后，请在 48 小时内用柠檬酸溶液完成除垢。")
+
+
+def test_the_fact_some_sentences_after_the_restated_question_is_quoted():
+    answer, _ = extractive_answer("自动除垢提醒亮了以后多久之内要除垢？", [doc(DESCALING, "保养 > 日常维护")])
+    assert "48 小时内用柠檬酸溶液完成除垢" in answer
+    assert "清洗滤网请用软毛刷" not in answer and "接水盘满时" not in answer  # nor what lies between
+
+
+def test_the_source_the_ranking_put_first_is_quoted_even_when_a_later_one_holds_more_words():
+    # a ranking that reads meaning (a cross-encoder) puts the capacity first: it shares no word
+    ranked = [doc("规格 > 参数\n\n容量：1.8 L，可拆下清洗，位于机身背面。", "规格 > 参数"),
+              doc("使用 > 加水\n\n加水前请先取下水箱，水箱加满后装回，水箱的水位不要超过 MAX 线。", "使用 > 加水")]
+    answer, cited = extractive_answer("水箱能装多少水，加满时要注意什么？", ranked)
+    assert "容量：1.8 L" in answer and [q.index for q in cited] == [1, 2]

@@ -4,8 +4,9 @@ A source is cut into units: a sentence, a numbered or bulleted list or a code bl
 table row (shown under its table's header); a unit ending in a colon brings the one it announces.
 Units are scored by the share of the question's vocabulary they hold (synonyms included) and, for a
 question asking a value, by whether they state it under a name the question uses. The answer leads
-with the best line of all, cited; then the best unit of each quoted source with its neighbours,
-the source named above it. Pictures are those of the quoted passages near the quoted lines.
+with the best line of all, cited; then the best unit of each quoted source with its neighbours and
+the few further units that hold nearly as much, the source named above it. The source the ranking
+put first is always quoted. Pictures are those of the quoted passages near the quoted lines.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ SOURCES = 4
 MAX_CITED = 5            # sources an answer may cite (and so chips under it)
 PICTURE_LINES = 3        # a picture this many lines or fewer from a quoted line belongs to it
 NEIGHBOURS = 2           # units shown on each side of the best one
-MAX_UNITS = 5            # units quoted from one source
+FURTHER_UNITS = 2        # units quoted from one source outside the best one's neighbours
 MAX_UNIT_CHARS = 600     # a longer list or sentence is cut (with an ellipsis)
 MAX_SOURCE_CHARS = 700   # what one source may add to the answer
 # A further source is quoted only when its best unit holds at least this share of what the best
@@ -162,17 +163,21 @@ def excerpt(terms: list[str], doc: Hit, value: bool = False) -> tuple[float, str
     inner = [t for t in topic if t.replace(" ", "") not in squashed(title)] or topic
     scores = [sentence_coverage(inner, u.text, value, u.header, u.heading) for u in found]
     best = max(range(len(found)), key=lambda i: (scores[i], -i))
-    chosen = set(range(max(0, best - NEIGHBOURS), best + NEIGHBOURS + 1)) & set(range(len(found)))
-    for i in sorted(range(len(found)), key=lambda i: -scores[i]):
-        if len(chosen) >= MAX_UNITS or scores[i] < FURTHER_SOURCE_SHARE * scores[best] or not scores[i]:
-            break
-        chosen.add(i)
+    # The best unit with its neighbours, and the few units further away that hold nearly as much of
+    # the question (the fact is often some sentences after the one that restates the question).
+    near = sorted((i for i in range(best - NEIGHBOURS, best + NEIGHBOURS + 1) if 0 <= i < len(found)),
+                  key=lambda i: abs(i - best))
+    strong = [i for i in sorted(range(len(found)), key=lambda i: (-scores[i], i))
+              if i not in near and scores[i] and scores[i] >= FURTHER_SOURCE_SHARE * scores[best]]
+    order = list(dict.fromkeys([best, *strong[:FURTHER_UNITS], *near]))
     announced = best + 1 if best + 1 < len(found) and found[best].text.endswith(INTRO_END) else best
-    chosen |= {i + 1 for i in chosen if i + 1 < len(found) and found[i].text.endswith(INTRO_END)}
-    texts = {i: focus(inner, found[i].text, MAX_UNIT_CHARS) for i in chosen}
+    order += [i + 1 for i in order if i + 1 < len(found) and found[i].text.endswith(INTRO_END)]
+    order = list(dict.fromkeys([best, announced, *order]))
+    texts = {i: focus(inner, found[i].text, MAX_UNIT_CHARS) for i in order}
     used = 0
-    # the best unit and what it announces first, then the nearest
-    for i in sorted(chosen, key=lambda i: (i not in (best, announced), abs(i - best))):
+    # within the source's share of the answer: the best unit and what it announces, then the strong
+    # units, then the nearest
+    for i in order:
         if i not in (best, announced) and used + len(texts[i]) > MAX_SOURCE_CHARS:
             del texts[i]
             continue
@@ -228,9 +233,10 @@ def extractive_answer(question: str, docs: list[Hit]) -> tuple[str, list[Quote]]
             found.append(Quote(i, doc, text, lead, score, near_quote(doc.get("content") or "", text)))
     if not found:
         return f"{OFFLINE_NOTE}\n\n{NOTHING_FOUND}", []
-    # A further source is quoted only when it holds nearly as much of the question as the best one.
+    # The first source is the one the ranking put first, and always quoted; a further source only
+    # when it holds nearly as much of the question as the best one.
     top = max(q.score for q in found)
-    quoted = [q for q in found if q.score >= FURTHER_SOURCE_SHARE * top][:MAX_CITED]
+    quoted = [q for j, q in enumerate(found) if not j or q.score >= FURTHER_SOURCE_SHARE * top][:MAX_CITED]
     leader = max(quoted, key=lambda q: (q.score, -q.index))
     lines = [OFFLINE_NOTE, ""]
     if leader.lead:
