@@ -37,6 +37,7 @@ STOPWORDS = set("的 了 吗 呢 吧 啊 是 在 和 与 或 及 有 没有 怎�
 # A sentence ends at Chinese or ASCII end punctuation or a line break (table rows, list items).
 SENTENCE_END = re.compile(r"(?<=[。！？；!?;\n])")
 WORD = re.compile(r"[\w\u4e00-\u9fff]")
+LETTER = re.compile(r"[^\W_]")  # a letter, digit or CJK character
 BM25_K1 = 1.2
 BM25_B = 0.75
 SYNONYMS_FILE = Path(__file__).parent / "resources" / "manual_synonyms.json"
@@ -72,8 +73,8 @@ def synonyms(word: str) -> tuple[str, ...]:
 def mentions(text: str, word: str) -> bool:
     """`word` in `text` (lower case): CJK as a substring, ASCII as a whole word, so that a synonym
     such as "ram" does not match inside "program"."""
-    if word.isascii():
-        return re.search(rf"(?<![a-z0-9]){re.escape(word)}(?![a-z0-9])", text) is not None
+    if word.isascii():  # an identifier's part is no word ("pin" inside BUTTON_PIN_BITMASK)
+        return re.search(rf"(?<![a-z0-9_]){re.escape(word)}(?![a-z0-9_])", text) is not None
     return word in squashed(text)
 
 
@@ -85,7 +86,7 @@ def query_terms(query: str) -> list[str]:
     joined = [a + b for a, b in zip(tokens, tokens[1:]) if a and b and a + b in index]
     terms = []
     for tok in [*(t.strip() for t in jieba.cut_for_search(query.lower())), *joined]:
-        if not tok or tok in STOPWORDS or not WORD.search(tok):
+        if not tok or tok in STOPWORDS or not LETTER.search(tok):  # "_" of "kflash_gui" is no word
             continue
         if len(tok) == 1 and not tok.isdigit() and re.match(r"[\u4e00-\u9fff]", tok):
             continue  # single CJK characters match almost any passage

@@ -111,6 +111,24 @@ def test_an_english_synonym_matches_whole_words_only():
     program, spec = {"content": "用 program 命令写入程序。"}, {"content": "板载 RAM：512KB"}
     low, high = scorer.score("内存多大？", [program, spec])
     assert low == 0.0 and high > 0.4
+    # nor inside an identifier: BUTTON_PIN_BITMASK holds no 引脚 ("pin"), and "_" is no question word
+    code, pins = {"content": "#define BUTTON_PIN_BITMASK 0x200000000"}, {"content": "唤醒用的 PIN：D0~D3"}
+    low, high = scorer.score("唤醒用哪些引脚？", [code, pins])
+    assert high > low and not OfflineReranker(None).score("引脚", [code])[0]
+    assert "_" not in query_terms("用 kflash_gui 烧录")
+
+
+@pytest.mark.parametrize("question, answer, other", [
+    # a router's quick guide: the customer's 电脑 is the manual's PC
+    ("接电脑要装驱动吗？", "路由器通过网线与 PC 相连，即插即用，无需安装任何程序。",
+     "路由器通过网线与交换机相连，即插即用，无需安装任何程序。"),
+    # a camera module's data sheet: 算力 / 计算能力, 主频 / 最高运行频率
+    ("NPU 的算力是多少？", "内置 NPU，计算能力 4 TOPS@INT8。", "NPU 支持 INT8 与 INT16 量化模型。"),
+    ("芯片最高主频多少？", "双核处理器，最高运行频率 1.2 GHz。", "芯片采用 22 nm 工艺。"),
+])
+def test_customer_words_for_the_computer_computing_power_and_clock_find_the_manual_line(question, answer, other):
+    low, high = OfflineReranker(None).score(question, [{"content": other}, {"content": answer}])
+    assert high > low, (high, low)
 
 
 @pytest.mark.parametrize("question, line", [
