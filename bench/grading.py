@@ -81,7 +81,8 @@ def trace(question: str, product: str | None = None, config: dict | None = None)
     return {"branch": last.get("branch"), "first": first or parts, "first_top": first_top, "final": last.get("reranked_docs") or [],
             "route": grade.get("route", ""), "rewrote": bool(last.get("rewrite")),
             "evidence_used": grade.get("evidence", ""), "scorer": (last.get("rerank_info") or {}).get("scorer", ""),
-            "products": last.get("products") or [], "query": last.get("rewritten_query") or question}
+            "products": last.get("products") or [], "query": last.get("rewritten_query") or question,
+            "decision": last.get("decision") or {}}
 
 
 def record(q, kind: str, product: str | None = None, expected: set[str] | None = None) -> dict:

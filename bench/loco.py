@@ -11,10 +11,12 @@ goes to every corpus its file has questions about).
 
 The stages are measured as configured (the refusal floor off offline), with the floor switched on
 (`OFFLINE_REFUSAL`), and with the thresholds and settings in the code. The thresholds the offline
-decision stages use (`TUNED`: grading's answer threshold and refusal
-floor) are chosen, for each left-out corpus, as `bench.grading` chooses them, on the rows of the
-other corpora only: their answerable questions against questions of other corpora pinned to one of
-their products (a manual that cannot hold the answer). The left-out corpus is then asked with
+decision stages use (`TUNED`) are chosen for each left-out corpus on the other corpora only:
+grading's answer threshold and refusal floor as `bench.grading` chooses them, on their answerable
+questions against questions of other corpora pinned to one of their products (a manual that cannot
+hold the answer); the product confirmation's evidence margin (products whose best chunks are this
+close tie, and are asked between) as the margin that decides most of their questions naming no
+product right, judged on the chunk matches each was decided on. The left-out corpus is then asked with
 those values and reported: decisions (confirm / ask / refuse against `expect`), hit@5 of the full
 pipeline's sources against retrieval with the product given and against BM25 alone (questions
 naming one product), answer@evidence, and how many answerable questions were refused or ended in
@@ -42,6 +44,7 @@ from bench.shared import CORPUS
 from graphs.importing import iter_import_files
 from graphs.query.calibration import calibration
 from graphs.query.configuration import QueryConfiguration
+from graphs.query.product_match import evidence_products
 from graphs.query.retrieval import search_chunks
 from services.embeddings import get_embedder
 from services.settings import get_settings
@@ -52,7 +55,9 @@ SHARED_QA = [QA_FILE, QA_FILE.with_name("qa_milkv_docs.jsonl")]
 # What an import's result depends on besides the files: the import graph's code.
 IMPORT_CODE = [ROOT / "graphs" / "importing", ROOT / "services" / "embeddings.py", ROOT / "services" / "vector_store.py"]
 IMPORTED = "imported.json"
-TUNED = ("answer_threshold", "refuse_threshold")
+TUNED = ("answer_threshold", "refuse_threshold", "evidence_margin")
+# Margins tried for products whose best chunks tie (a question naming no product).
+MARGINS = [round(0.01 * i, 2) for i in range(41)]
 HIT_GAP = 0.03
 DECISION_FLOOR = 0.95
 # A corpus folder's own description, not one of its manuals.
@@ -180,13 +185,32 @@ def chosen_thresholds(rows: list[dict], left_out: str) -> dict:
             "rows": len(kept)}
 
 
+def evidence_outcome(ranking: list[dict], threshold: float, margin: float) -> str:
+    """What the product confirmation decides from a question's chunk matches (as `expect` says it)."""
+    found = evidence_products(ranking, threshold, margin)
+    return "refuse" if not found else "confirm" if len(found) == 1 else "ask"
+
+
+def chosen_margin(rows: list[dict], left_out: str, threshold: float, in_code: float) -> float:
+    """The evidence margin that decides most questions of the other corpora right (the questions the
+    confirmation judged on their chunk matches); among equally good ones, the middle one; the code's
+    when the other corpora have no such question."""
+    kept = [r for r in rows if r["corpus"] != left_out]
+    if not kept:
+        return in_code
+    right = {m: sum(evidence_outcome(r["evidence"], threshold, m) == r["expect"] for r in kept) for m in MARGINS}
+    best = [m for m in MARGINS if right[m] == max(right.values())]
+    return best[len(best) // 2]
+
+
 def ask(q: Question, expected: set[str], config: dict) -> dict:
     """One question through the whole graph with the chosen thresholds, and the comparisons."""
     run = trace(q.question, config=config)
     decision = BRANCH_TO_EXPECT.get(run["branch"], run["branch"])
     rec = {"id": q.id, "question": q.question, "expect": q.expect, "decision": decision,
            "decision_ok": decision == q.expect, "products": run["products"], "expected": sorted(expected),
-           "route": run["route"], "first_top": run["first_top"], "evidence_used": run["evidence_used"]}
+           "route": run["route"], "first_top": run["first_top"], "evidence_used": run["evidence_used"],
+           "evidence": run["decision"].get("evidence", [])}
     if q.expect != "confirm" or not q.evidence:
         return rec
     answered = decision == "confirm" and run["route"] == "answer"
@@ -251,8 +275,8 @@ def table(name: str, sums: dict[str, dict], thresholds: dict[str, dict], skipped
         row("answer@evidence（离线回答含证据）", lambda s: f"{s['answer_at_evidence']}（{s['answerable']} 道可答题）"),
         row("可答题被拒答", lambda s: s["refused"]),
         row("可答题答“不知道”", lambda s: s["not_known"]),
-        ["作答阈值 / 拒答下限", *[f"{thresholds[v]['answer_threshold']} / {thresholds[v]['refuse_threshold']}"
-                              for v in VARIANTS]],
+        ["作答阈值 / 拒答下限 / 证据并列差", *[f"{thresholds[v]['answer_threshold']} / {thresholds[v]['refuse_threshold']}"
+                                         f" / {thresholds[v]['evidence_margin']}" for v in VARIANTS]],
     ]
     lines = [f"### 留出 {name}", "", md_table(["指标", *VARIANTS.values()], rows), ""]
     if skipped:
@@ -286,20 +310,28 @@ def run(corpus_root: str | Path, out: str | Path, qa: list[str | Path] | None = 
     markdown = ["# 留一语料评测", "",
                 f"每个语料单独建库；阈值只在其余语料上选（`{'`、`'.join(TUNED)}`），在留出的语料上报告。"
                 f"代码里的当前值：{report['in_use']}。", ""]
+    def asked(c: Corpus, variant: str, chosen: dict) -> list[dict]:
+        manager, _ = open_kb(c, cache)
+        with manager:  # the settings are the corpus's own (its data folder) only inside
+            config = {"configurable": {"calibration_overrides": {k: chosen[k] for k in TUNED}}}
+            if variant == "floor":
+                config["configurable"]["settings"] = get_settings().replace(offline_refusal=True)
+            return [{"corpus": c.name, "variant": variant, **ask(q, p, config)} for q, p in c.questions]
+
+    # The code's values first: the chunk matches each question naming no product was judged on are the
+    # rows the evidence margin is chosen on (the matches do not depend on the thresholds).
+    in_code = {c.name: asked(c, "code", report["in_use"]) for c in corpora}
+    evidence_rows = [r for records in in_code.values() for r in records if r["evidence"]]
+    threshold, margin = calibration().evidence_threshold, calibration().evidence_margin
     records_all = []
     for c in corpora:
-        chosen = chosen_thresholds(rows, c.name)
+        chosen = {**chosen_thresholds(rows, c.name), "evidence_margin": chosen_margin(evidence_rows, c.name, threshold, margin)}
         thresholds = {"loco": chosen, "floor": chosen, "code": report["in_use"]}
-        manager, _ = open_kb(c, cache)
         sums = {}
-        with manager:
-            for variant, chosen in thresholds.items():
-                config = {"configurable": {"calibration_overrides": {k: chosen[k] for k in TUNED}}}
-                if variant == "floor":
-                    config["configurable"]["settings"] = get_settings().replace(offline_refusal=True)
-                records = [ask(q, p, config) for q, p in c.questions]
-                sums[variant] = summary(records)
-                records_all += [{"corpus": c.name, "variant": variant, **r} for r in records]
+        for variant in VARIANTS:
+            records = in_code[c.name] if variant == "code" else asked(c, variant, chosen)
+            sums[variant] = summary(records)
+            records_all += records
         report["corpora"][c.name] = {"thresholds": thresholds, "summary": sums, "skipped": c.skipped,
                                      "fails": fails(c.name, sums["loco"]), "products": c.products}
         text = table(c.name, sums, thresholds, c.skipped)

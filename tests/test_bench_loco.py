@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from bench.loco import MARGINS, chosen_margin, evidence_outcome
 from conftest import ROOT
 
 TIMEOUT_S = 400
@@ -74,6 +75,7 @@ def test_leave_one_corpus_out_reports_every_corpus_and_reuses_its_imports(corpus
         assert not any("说明" == p for p in entry["products"])  # MANIFEST.md is no manual
         chosen = entry["thresholds"]["loco"]
         assert 0 < chosen["refuse_threshold"] <= chosen["answer_threshold"] and chosen["rows"] > 0
+        assert 0 <= chosen["evidence_margin"] <= max(MARGINS)
         assert f"### 留出 {name}" in first.stdout
     records = [json.loads(l) for l in (out / "loco_per_question.jsonl").read_text(encoding="utf-8").splitlines()]
     assert {r["variant"] for r in records} == {"loco", "floor", "code"} and len(records) == 3 * 10
@@ -94,3 +96,25 @@ def test_a_bad_question_line_stops_before_any_import(corpus_root, tmp_path):
     proc = loco(str(bad), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2 and "qa.jsonl 第 1 行" in proc.stderr and "expect" in proc.stderr
     assert not list((tmp_path / "out" / "kb").iterdir())
+
+
+def ranking(*pairs: tuple[str, float]) -> list[dict]:
+    return [{"product": p, "score": s} for p, s in pairs]
+
+
+def test_the_evidence_margin_is_chosen_on_the_other_corpora_only():
+    rows = [  # a clear winner, twins that tie, and a question whose best chunk is too weak
+        {"corpus": "a", "expect": "confirm", "evidence": ranking(("A1", 0.8), ("A2", 0.5))},
+        {"corpus": "a", "expect": "ask", "evidence": ranking(("A1", 0.7), ("A2", 0.69))},
+        {"corpus": "a", "expect": "refuse", "evidence": ranking(("A1", 0.3), ("A2", 0.29))},
+        # the left-out corpus would want a margin of 0.35 or more
+        {"corpus": "b", "expect": "ask", "evidence": ranking(("B1", 0.9), ("B2", 0.55))},
+    ]
+    assert evidence_outcome(rows[0]["evidence"], 0.5, 0.1) == "confirm"
+    assert evidence_outcome(rows[1]["evidence"], 0.5, 0.1) == "ask"
+    assert evidence_outcome(rows[2]["evidence"], 0.5, 0.1) == "refuse"
+    chosen = chosen_margin(rows, "b", threshold=0.5, in_code=0.08)
+    assert 0.01 <= chosen < 0.3  # every margin that tells a's twins from its winner; b's row not read
+    assert evidence_outcome(rows[3]["evidence"], 0.5, chosen) == "confirm"  # reported as it is: wrong
+    assert chosen_margin(rows, "a", threshold=0.5, in_code=0.08) >= 0.35
+    assert chosen_margin(rows[:3], "a", threshold=0.5, in_code=0.08) == 0.08  # nothing else to choose on

@@ -1,7 +1,7 @@
 """The offline answer's sentence extraction, the thin-chunk rule and the calibration table, without the corpus."""
 from __future__ import annotations
 
-from graphs.query.calibration import CALIBRATIONS, EVIDENCE_MARGIN, EVIDENCE_THRESHOLD, calibration
+from graphs.query.calibration import CALIBRATIONS, calibration
 from graphs.query.extractive import NOTHING_FOUND, OFFLINE_NOTE, extractive_answer, units
 from graphs.query.retrieval import is_thin, rerank_order
 from services.reranker import OfflineReranker
@@ -84,7 +84,6 @@ def test_every_scorer_combination_has_a_calibration_saying_how_it_was_chosen():
     assert all(c.measured for c in CALIBRATIONS.values())
     offline = calibration()
     assert offline is CALIBRATIONS[("use-m3", "offline")]
-    assert (EVIDENCE_THRESHOLD, EVIDENCE_MARGIN) == (offline.evidence_threshold, offline.evidence_margin)
 
 
 def test_a_configured_rerank_server_gets_the_cross_encoder_calibration(env):

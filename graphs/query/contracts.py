@@ -25,10 +25,17 @@ class Options(TypedDict, total=False):
     hyde: bool                   # also search with a model-written answer-like passage (HyDE)
 
 
+class ProductScore(TypedDict):
+    """A chunk match's product and its score (a question naming no product)."""
+    product: str
+    score: float
+
+
 class Decision(TypedDict):
     """How the product was decided, as the state and the final event keep it."""
     method: str                  # "pinned" | "lexical" | "llm+lexical" | "history" | "evidence"
     scores: Scores               # rounded to 4 places
+    evidence: NotRequired[list[ProductScore]]  # the chunk matches read, best first (when they were)
 
 
 @dataclass
@@ -42,10 +49,14 @@ class ProductDecision:
     candidates: list[str] = field(default_factory=list)  # branch B: the buttons to choose from
     held: list[str] = field(default_factory=list)        # branch C, an unknown model: its family's products held
     why: str = ""                # what decided it, in words for the step's summary ("" when plain)
+    evidence: list[ProductScore] = field(default_factory=list)  # the chunk matches read, best first
 
     def as_decision(self) -> Decision:
         """The part the state and the final event keep."""
-        return {"method": self.method, "scores": {k: round(v, 4) for k, v in self.scores.items()}}
+        out: Decision = {"method": self.method, "scores": {k: round(v, 4) for k, v in self.scores.items()}}
+        if self.evidence:
+            out["evidence"] = [{"product": e["product"], "score": round(e["score"], 4)} for e in self.evidence]
+        return out
 
 
 class SubQuestion(TypedDict):

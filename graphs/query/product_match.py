@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from graphs.products import ProductAliases, code_tails, parse_facets, version_key
+from graphs.query.contracts import ProductScore
 from graphs.vocabulary import TECH_TERMS, VARIANT_WORDS
 
 CONFIRM_SCORE = 0.95
@@ -336,3 +337,13 @@ def resolve(question: str, names: list[str], aliases: ProductAliases | None = No
     if candidates:
         return Resolution("ask", [m.name for m in candidates], scores=scores, why="问题只写了品牌或系列")
     return Resolution("none", scores=scores)
+
+
+def evidence_products(ranking: list[ProductScore], threshold: float, margin: float) -> list[str]:
+    """A question naming no product: the products of its strong chunk matches (`ranking`, best
+    first). None when the best is under `threshold`; else each product whose best chunk is within
+    `margin` of the top one (one: that product; several: ask between them)."""
+    if not ranking or ranking[0]["score"] < threshold:
+        return []
+    top = ranking[0]["score"]
+    return list(dict.fromkeys(e["product"] for e in ranking if e["score"] >= top - margin))

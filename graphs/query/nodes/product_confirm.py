@@ -8,19 +8,17 @@ from __future__ import annotations
 import logging
 import re
 from datetime import datetime
-from typing import TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
 from graphs.base import graph_node
-from graphs.query.calibration import EVIDENCE_MARGIN, EVIDENCE_THRESHOLD
 from graphs.query.configuration import QueryConfiguration
-from graphs.query.contracts import ProductDecision, Scores, Turn
+from graphs.query.contracts import ProductDecision, ProductScore, Scores, Turn
 from graphs.products import ProductAliases, VERSION_WORD, brand_aliases, parse_facets, version_key
 from graphs.query.planning import COMPARE, EACH, compared_versions
 from graphs.query.product_match import (
-    CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, Resolution, names_unknown_model, rank_products, resolve, squashed_name,
-    tokens,
+    CANDIDATE_THRESHOLD, CONFIRM_THRESHOLD, Resolution, evidence_products, names_unknown_model, rank_products,
+    resolve, squashed_name, tokens,
 )
 from graphs.query.retrieval import search_chunks
 from graphs.query.state import QueryGraphState, QueryUpdate
@@ -29,14 +27,9 @@ from services.prompts import load_prompt
 
 log = logging.getLogger("query.node_product_confirm")
 DOCUMENTING_HITS = 10  # passages read for a longer model the question writes (it is rare, and exact)
+EVIDENCE_HITS = 10     # passages read for a question naming no product
 
 MAX_CANDIDATES = 3
-
-
-class ProductScore(TypedDict):
-    """A strong chunk match's product and its score (a question naming no product)."""
-    product: str
-    score: float
 
 
 def format_history(history: list[Turn]) -> str:
@@ -81,22 +74,21 @@ def vector_scores(cfg: QueryConfiguration, names: list[str]) -> Scores:
     return scores
 
 
-def evidence_products(cfg: QueryConfiguration, query: str) -> tuple[list[str], list[ProductScore]]:
-    """A question naming no product: which products do its strong chunk matches belong to?"""
-    hits = search_chunks(cfg, query, None, limit=10)
+def evidence_ranking(cfg: QueryConfiguration, query: str) -> tuple[list[ProductScore], list[str]]:
+    """A question naming no product: its chunk matches' products and scores, best first, and the
+    products its strong matches belong to (by the thresholds of the scorer that scored them)."""
+    hits = search_chunks(cfg, query, None, limit=EVIDENCE_HITS)
     if not hits:
         return [], []
     try:
-        scores = cfg.reranker.score(query, hits)
-    except Exception as exc:  # the offline scorer, which the thresholds were calibrated on, stands in
+        scores, cal = cfg.reranker.score(query, hits), cfg.calibration()
+    except Exception as exc:  # the offline scorer stands in, with its own thresholds
         log.warning("reranker failed, judging evidence offline: %s", exc)
-        scores = cfg.offline_reranker.score(query, hits)
-    ranked = sorted(zip(scores, hits), key=lambda p: -p[0])
-    top = ranked[0][0]
-    if top < EVIDENCE_THRESHOLD:
-        return [], [{"product": h["product"], "score": s} for s, h in ranked[:3]]
-    strong = [h["product"] for s, h in ranked if s >= top - EVIDENCE_MARGIN]
-    return list(dict.fromkeys(strong)), [{"product": h["product"], "score": s} for s, h in ranked[:5]]
+        scorer = cfg.offline_reranker
+        scores, cal = scorer.score(query, hits), cfg.calibration(scorer.name)
+    ranking: list[ProductScore] = [{"product": h["product"], "score": s}
+                                   for s, h in sorted(zip(scores, hits), key=lambda p: -p[0])]
+    return ranking, evidence_products(ranking, cal.evidence_threshold, cal.evidence_margin)
 
 
 def documenting(cfg: QueryConfiguration, models: list[str], held: list[str]) -> list[str]:
@@ -240,12 +232,16 @@ def decide(cfg: QueryConfiguration, query: str, products: list[str], history: li
             return ProductDecision("confirmed", rewritten if extracted else f"{' '.join(previous)} {query}",
                                    "history", {n: 1.0 for n in previous}, products=previous)
         # ...otherwise the chunks themselves say which product it is about.
-        found_in, evidence = evidence_products(cfg, rewritten)
-        scores = {e["product"]: e["score"] for e in evidence}
+        ranking, found_in = evidence_ranking(cfg, rewritten)
+        scores = {}
+        for e in reversed(ranking):  # each product's best match
+            scores[e["product"]] = e["score"]
         if len(found_in) == 1:
-            return ProductDecision("confirmed", rewritten, "evidence", scores, products=found_in)
+            return ProductDecision("confirmed", rewritten, "evidence", scores, products=found_in, evidence=ranking)
         if found_in:
-            return ProductDecision("ask", rewritten, "evidence", scores, candidates=found_in[:MAX_CANDIDATES])
+            return ProductDecision("ask", rewritten, "evidence", scores, candidates=found_in[:MAX_CANDIDATES],
+                                   evidence=ranking)
+        return ProductDecision("refuse", rewritten, method, scores, evidence=ranking)
     return ProductDecision("refuse", rewritten, method, scores)
 
 
