@@ -52,8 +52,10 @@ from services.vector_store import get_vector_store
 
 OWN_QA = "qa.jsonl"
 SHARED_QA = [QA_FILE, QA_FILE.with_name("qa_milkv_docs.jsonl")]
-# What an import's result depends on besides the files: the import graph's code.
-IMPORT_CODE = [ROOT / "graphs" / "importing", ROOT / "services" / "embeddings.py", ROOT / "services" / "vector_store.py"]
+# What an import's result depends on besides the files: the import graph's code and the product-name
+# rules it shares with the query graph (facets, the aliases a document writes).
+IMPORT_CODE = [ROOT / "graphs" / "importing", ROOT / "graphs" / "products.py", ROOT / "graphs" / "vocabulary.py",
+               ROOT / "graphs" / "data", ROOT / "services" / "embeddings.py", ROOT / "services" / "vector_store.py"]
 IMPORTED = "imported.json"
 TUNED = ("answer_threshold", "refuse_threshold", "evidence_margin")
 # Margins tried for products whose best chunks tie (a question naming no product).

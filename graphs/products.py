@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TypedDict
 
+from graphs.vocabulary import PRODUCT_NOUNS
 from services.documents import AliasEntry
 
 BRAND_ALIASES_FILE = Path(__file__).resolve().parent / "data" / "brand_aliases.json"
@@ -79,6 +80,9 @@ def _words(name: str) -> list[str]:
 @lru_cache(maxsize=65536)
 def parse_facets(name: str) -> Facets:
     words = _words(" ".join(name.split()))
+    # a category noun ("模块", "主板") says what kind of thing the product is, not which one: it is
+    # no facet, so a question writing it tells no sibling apart ("MF1 模块 V2" is model MF1, version V2)
+    words = [w for w in words if w not in PRODUCT_NOUNS] or words
     if not words:
         return Facets()
     version = words.pop() if len(words) > 1 and VERSION_WORD.fullmatch(words[-1]) else ""
@@ -94,8 +98,14 @@ def parse_facets(name: str) -> Facets:
     at = next((i for i, w in enumerate(rest) if re.search(r"\d", w)), 0 if rest else -1)
     if at < 0:
         return Facets(brand=" ".join(words), version=version)
-    return Facets(brand=" ".join(words[:brand_words]), family=" ".join(rest[:at]), code=rest[at],
+    return Facets(brand=" ".join(words[:brand_words]), family=" ".join(rest[:at]), code=_without_noun(rest[at]),
                   variant=" ".join(rest[at + 1:]), version=version)
+
+
+def _without_noun(code: str) -> str:
+    """A code with a category noun glued on ("MF1模块") is the code."""
+    noun = next((n for n in PRODUCT_NOUNS if code.endswith(n) and len(code) > len(n)), "")
+    return code[:len(code) - len(noun)] if noun else code
 
 
 def short_forms(name: str) -> list[str]:
@@ -139,7 +149,18 @@ def code_tails(names: list[str]) -> list[tuple[str, str, str]]:
     return tails
 
 
-PRODUCT, BRAND = "product", "brand"
+PRODUCT, BRAND, EDITION_OF = "product", "brand", "edition"
+# What a manual says of itself when a newer one replaced it ("旧版文档 待更新"), and what a question
+# writes to ask for that manual ("按旧版用户手册"): the same words, so the two meet.
+_EDITION = r"[旧老]版(?:本)?的?(?:用户|使用|简明|中文)?(?:文档|手册|说明书|资料)"
+EDITION = re.compile(_EDITION)
+# The manual says it of itself, at its top: a notice line ("！！！ 旧版文档 待更新") or "本文为旧版说明书";
+# "旧版说明书里的接线图已作废" speaks of another manual.
+SELF_EDITION = re.compile(rf"^[\s!！>*：:\-]*(?:注意|提示|说明|警告)?[\s：:]*{_EDITION}[\s,，。!！]*"
+                          r"(?:待更新|不再维护|已停止维护|仅供参考)?[\s。!！]*$"
+                          rf"|(?:本|此|该)(?:文档|文|手册|说明书|页面|页)(?:为|是|属于)?{_EDITION}", re.MULTILINE)
+OLD_EDITION = "旧版"
+EDITION_HEAD_CHARS = 300
 
 
 @dataclass
@@ -148,6 +169,10 @@ class ProductAliases:
     An alias "of" the brand stands for the brand of every product that has it (a maker's Chinese
     name a document writes); one "of" the product for that product alone."""
     products: dict[str, list[AliasEntry]] = field(default_factory=dict)
+
+    def editions(self) -> set[str]:
+        """The products whose documents call themselves an old edition."""
+        return {name for name, entries in self.products.items() if any(e.get("of") == EDITION_OF for e in entries)}
 
     def expansions(self, names: list[str]) -> list[tuple[str, str]]:
         """(alias, what it stands for) over the given catalogue, longest alias first."""
@@ -160,7 +185,7 @@ class ProductAliases:
             # a short form stands for the model it abbreviates: the variants then decide as when written out
             model = " ".join(w for w in (parse_facets(name).brand, parse_facets(name).model) if w)
             pairs.update({a: model for a in short_forms(name)})
-            for entry in self.products.get(name, []):
+            for entry in (e for e in self.products.get(name, []) if e.get("of") != EDITION_OF):  # no name
                 brand = parse_facets(name).brand
                 pairs[entry["alias"]] = brand if entry.get("of") == BRAND and brand else name
         return sorted(pairs.items(), key=lambda p: -len(p[0]))
@@ -181,7 +206,8 @@ _LEADING = "是由的为和与在将把从"  # a one-character word that runs in
 
 def document_aliases(name: str, text: str) -> list[AliasEntry]:
     """Other names a document writes right beside its product's name ("简称 X" after it) or its brand
-    (the maker's Chinese name in brackets after it, or it in brackets after that); [{"alias", "of"}]."""
+    (the maker's Chinese name in brackets after it, or it in brackets after that), and the edition it
+    says it is at its top ("旧版文档"); [{"alias", "of"}]."""
     f = parse_facets(name)
     found: list[tuple[str, str]] = []
     unbranded = " ".join(w for w in (f.model, f.variant, f.version) if w)
@@ -200,4 +226,7 @@ def document_aliases(name: str, text: str) -> list[AliasEntry]:
         alias = clean_alias(alias)
         if alias and alias.lower() not in own and alias not in out:
             out[alias] = {"alias": alias, "of": of}
-    return list(out.values())[:MAX_ALIASES]
+    entries = list(out.values())[:MAX_ALIASES]
+    if SELF_EDITION.search(text[:EDITION_HEAD_CHARS]):
+        entries.append({"alias": OLD_EDITION, "of": EDITION_OF})
+    return entries

@@ -15,7 +15,7 @@ from services.history_store import DocumentDatabase, get_database, now_ts
 from services.settings import Settings
 
 DOCUMENT_COLLECTION = "kb_document"
-# Per product: its aliases ({"alias", "of": "product" | "brand", "source": "document" | "user", "by"})
+# Per product: its aliases ({"alias", "of": "product" | "brand" | "edition", "source": "document" | "user", "by"})
 # and the ones a person removed, which a re-import of the documents does not bring back. Kept apart
 # from the documents' records so a reindex or a re-import, which rewrite those, leaves them be.
 PRODUCT_COLLECTION = "kb_product"
@@ -73,7 +73,7 @@ class ProductSummary(TypedDict):
 
 class AliasEntry(TypedDict, total=False):
     alias: str
-    of: Literal["product", "brand"]
+    of: Literal["product", "brand", "edition"]  # edition: what the document says it is ("旧版")
     source: Literal["document", "user"]
     by: str                      # who added it (a document's: "")
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 
 from api_fixtures import api_client, api_server, wait_task  # noqa: F401 (fixtures)
-from graphs.importing import run_import
+from graphs.importing import catalog, run_import
 from graphs.products import ProductAliases, document_aliases, parse_facets, short_forms
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.contracts import ProductDecision
-from graphs.query.nodes.product_confirm import decide, refusal
+from graphs.query.nodes.product_confirm import decide, product_aliases, refusal
 from services.settings import get_settings
+from ui.format import product_facts
 
 CATALOGUE = ["Zorvex KX-9 CAN V1.0", "Zorvex KX-9 CAN V1.1", "Zorvex KX-12", "Zorvex Nimbus Tab 7",
              "Zorvex Nimbus Tab 7 Pro", "Quorra & Vale 03"]
@@ -208,3 +209,57 @@ def test_a_comparison_of_a_model_and_its_longer_sibling_confirms_both():
     catalogue = ["Corvi PL7", "Corvi PL7 S", "Corvi PL7 Max"]
     d = decide(QueryConfiguration(), "Corvi PL7 和 PL7 S 的内存有什么区别？", catalogue, [], "", ProductAliases())
     assert d.branch == "confirmed" and sorted(d.products) == ["Corvi PL7", "Corvi PL7 S"]
+
+
+def test_a_category_noun_is_no_facet_however_it_is_glued_on():
+    assert parse_facets("HX3控制器 V1").as_dict() == {"brand": "", "model": "HX3", "variant": "", "version": "V1"}
+    assert parse_facets("Corvi HX3 控制器 V2").as_dict() == {"brand": "Corvi", "model": "HX3", "variant": "",
+                                                             "version": "V2"}
+    assert parse_facets("Corvi HX3 Max 控制器").variant == "Max"  # a variant word stays one
+
+
+HX3_LINE = {  # a controller line as a maker's site leaves it: the old manual and two versioned quick guides
+    "Corvi HX3 控制器": "# HX3 控制器说明书\n\n> 注意：本文为旧版说明书，新版内容请见 V1 / V2 快速指南。\n\n"
+                      "## 参数\n\n急停输入接 J4 端子，控制器最多保存 500 条运行日志。\n",
+    "HX3控制器 V1": "# HX3 控制器 V1 快速指南\n\n## 复位\n\n按住 RST 键 3 秒复位。旧版说明书里的接线图已作废。\n",
+    "Corvi HX3 控制器 V2": "# HX3 控制器 V2 快速指南\n\n## 复位\n\n在 App 里点“恢复出厂”复位，Python 脚本也可以。\n",
+}
+
+
+def test_a_manual_that_calls_itself_the_old_edition_says_so_and_one_that_mentions_it_does_not():
+    old, v1 = (document_aliases(n, HX3_LINE[n]) for n in ("Corvi HX3 控制器", "HX3控制器 V1"))
+    assert {"alias": "旧版", "of": "edition"} in old and not [a for a in v1 if a["of"] == "edition"]
+    assert [a["of"] for a in document_aliases("MF1", "# MF1 模块用户手册\n\n！！！ 旧版文档 待更新\n")] == ["edition"]
+    assert not document_aliases("Corvi HX3 控制器", "## 旧版手册下载\n\n见官网。")
+    late = "# HX3 控制器说明书\n\n" + "急停输入接 J4。\n" * 40 + "本文为旧版说明书。\n"
+    assert not document_aliases("Corvi HX3 控制器", late)  # said only at the top
+
+
+@pytest.fixture(scope="module")
+def hx3_line(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hx3")
+    settings = get_settings().replace(data_dir=root / "data")
+    for i, (product, text) in enumerate(HX3_LINE.items()):
+        (root / f"guide{i}.md").write_text(text, encoding="utf-8")
+        result = run_import(root / f"guide{i}.md", product=product, config={"configurable": {"settings": settings}})
+        assert result.status == "completed", result.error
+    return QueryConfiguration(settings)
+
+
+def test_the_line_named_without_a_version_asks_and_the_old_manual_asked_for_confirms(hx3_line):
+    """The name without a version ("HX3 控制器") names the line beside its versions; a category noun in the
+    question tells none apart; the old manual the question asks for is the one whose top says it is."""
+    catalogue = list(HX3_LINE)
+    pick = lambda q: decide(hx3_line, q, catalogue, [], "", product_aliases(hx3_line))  # noqa: E731
+    unsure = pick("HX3 控制器怎么复位？")
+    assert unsure.branch == "ask" and sorted(unsure.candidates) == sorted(catalogue), unsure
+    old = pick("按 HX3 旧版说明书，急停接哪个端子？")
+    assert (old.branch, old.products) == ("confirmed", ["Corvi HX3 控制器"]), old
+    assert pick("HX3 控制器 V2 怎么复位？").products == ["Corvi HX3 控制器 V2"]
+    assert pick("HX3 V1 怎么复位？").products == ["HX3控制器 V1"]
+    # the knowledge-base view says what the old manual calls itself
+    shown = {p["product"]: product_facts(p) for p in catalog.products(config={"configurable": {"settings": hx3_line.settings}})}
+    assert "别名：旧版（文档，文档自称的版次）" in shown["Corvi HX3 控制器"] and "型号：HX3" in shown["HX3控制器 V1"][0]
+    # without the documents' own word, "旧版" is no guess at a product
+    blind = decide(QueryConfiguration(), "按 HX3 旧版说明书，急停接哪个端子？", catalogue, [], "", ProductAliases())
+    assert blind.branch == "ask", blind

@@ -25,10 +25,7 @@ RECALL_KEYS = {
 # A clarification or a refusal: the question is recorded, answered directly and saved.
 DIRECT_REPLY = ["node_load_history", "node_product_confirm", "node_answer_output", "node_save_history"]
 KNOWN_MISSES = {
-    "q44": "“防住照片/视频骗”与手册的“可防护 屏幕图片/视频 攻击”字面重合少，最强切片只有 0.33，低于证据阈值，拒答",
     "q47": "两版 SKR 手册开头的整页切片都与“主板散热风扇”同样相关，证据分不出 V3.0",
-    "q51": "旧版手册的商品名就是“MF1 模块”，问题写全了它的名字，于是直接确认",
-    "q52": "同 q51：“MF1 人脸识别模块”完整命中旧版手册的商品名",
     "q54": "只点了品牌：在该品牌的全部 3 款里反问，评测集只要支持切换的 2 款",
 }
 

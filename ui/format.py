@@ -367,7 +367,8 @@ def product_facts(facts: dict) -> list[str]:
     """Brand / model / variant / version, then every alias with where it came from."""
     facets = "　".join(f"{label}：{cell(facts[key])}" for key, label in FACET_NAMES if facts.get(key))
     aliases = "、".join(f"{cell(a['alias'])}（{ALIAS_SOURCES.get(a.get('source'), '—')}"
-                       + ("，指品牌" if a.get("of") == "brand" else "") + "）" for a in facts.get("aliases") or [])
+                       + {"brand": "，指品牌", "edition": "，文档自称的版次"}.get(a.get("of"), "") + "）"
+                       for a in facts.get("aliases") or [])
     return [facets, "", f"别名：{aliases or '（无）'}", ""]
 
 

@@ -132,7 +132,7 @@ def set_aliases(product: str, aliases: list[str], *, updated_by: str = "",
     # one alias names one product: the question it is written in must not find two
     taken = {p["product"].lower(): p["product"] for p in registry.products() if p["product"] != product}
     taken |= {a["alias"].lower(): other for other, entries in registry.aliases().items() if other != product
-              for a in entries if a.get("of") != "brand"}
+              for a in entries if a.get("of") not in ("brand", "edition")}
     clash = next((a for a in wanted if a.lower() in taken), None)
     if clash:
         raise ValidationError(f"别名“{clash}”已经用于产品“{taken[clash.lower()]}”，一个别名只能指向一个产品。")

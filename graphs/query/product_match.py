@@ -17,7 +17,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from graphs.products import ProductAliases, code_tails, parse_facets, version_key
+from graphs.products import EDITION, ProductAliases, code_tails, parse_facets, version_key
 from graphs.query.contracts import ProductScore
 from graphs.vocabulary import TECH_TERMS, VARIANT_WORDS
 
@@ -278,6 +278,7 @@ def _code_tokens(name: str) -> tuple[str, ...]:
 
 
 def resolve(question: str, names: list[str], aliases: ProductAliases | None = None) -> Resolution:
+    aliases = aliases or ProductAliases()
     q = expand_aliases(question, names, aliases)
     matches = [m for m in rank_products(q, names) if m.kind != "nested"]
     if not matches:
@@ -302,10 +303,24 @@ def resolve(question: str, names: list[str], aliases: ProductAliases | None = No
         return not (theirs - variants(m.name))
 
     kept = [m for m in matches if m.kind != "other-model" and consistent(m)]
-    # a code inside a name written out in full is that product's ("Duo" of "Duo 256M"), no sibling's
-    full_words = set().union(*[set(_tokens(m.name)) for m in kept if m.kind == "full"])
-    selected = [m for m in kept if m.kind == "full"] + [
-        m for m in kept if m.kind != "full" and code_hit(m) and not set(_code_tokens(m.name)) <= full_words]
+    fulls = [m for m in kept if m.kind == "full"]
+    # a code inside a name written out in full is that product's ("Duo" of "Duo 256M"), no sibling's;
+    # but a name without a version beside versions of itself ("MF1" beside "MF1 V1", "MF1 V2") names
+    # the line, so the versions the question does not rule out stay in play
+    full_words = set().union(*[set(_tokens(m.name)) for m in fulls])
+    unversioned = {(_code_tokens(m.name), frozenset(variants(m.name))) for m in fulls
+                   if not parse_facets(m.name).version}
+
+    def sibling_in_play(m: ProductMatch) -> bool:
+        if not set(_code_tokens(m.name)) <= full_words:
+            return True
+        return bool(parse_facets(m.name).version) and (_code_tokens(m.name), frozenset(variants(m.name))) in unversioned
+    selected = fulls + [m for m in kept if m.kind != "full" and code_hit(m) and sibling_in_play(m)]
+    # a question asking for the old edition's manual ("按旧版手册") means the product whose own
+    # documents call themselves that edition
+    if EDITION.search(q):
+        old = [m for m in selected if m.name in aliases.editions()]
+        selected = old or selected
     scores = {m.name: m.score for m in matches}
     if selected:
         def projection(m: ProductMatch) -> tuple:
