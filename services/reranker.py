@@ -153,6 +153,12 @@ def coverage(terms: list[str], passage: str) -> float:
     return found / total
 
 
+def words_held(query: str, passage: str) -> list[str]:
+    """The question's distinct words (see `word_groups`) the passage holds, itself or a synonym."""
+    text, lowered = squashed(passage), passage.lower()
+    return [w for w, _ in word_groups(query_terms(query)) if present(w, text, lowered)]
+
+
 def sentences(text: str) -> list[str]:
     return [s for s in SENTENCE_END.split(text) if s.strip()]
 

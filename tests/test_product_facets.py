@@ -10,6 +10,7 @@ from graphs.importing import catalog, run_import
 from graphs.products import ProductAliases, document_aliases, parse_facets, short_forms
 from graphs.query.configuration import QueryConfiguration
 from graphs.query.contracts import ProductDecision
+from graphs.query.product_match import evidence_products
 from graphs.query.nodes.product_confirm import decide, product_aliases, refusal
 from services.settings import get_settings
 from ui.format import product_facts
@@ -263,3 +264,70 @@ def test_the_line_named_without_a_version_asks_and_the_old_manual_asked_for_conf
     # without the documents' own word, "旧版" is no guess at a product
     blind = decide(QueryConfiguration(), "按 HX3 旧版说明书，急停接哪个端子？", catalogue, [], "", ProductAliases())
     assert blind.branch == "ask", blind
+
+
+def vacuum_manual(model: str, minutes: int, last: str) -> str:
+    """Sections long enough to be chunks of their own: the introductions of both models say the same."""
+    features = "\n".join(f"{i}. {line}。" for i, line in enumerate([
+        "激光导航，扫地时自动建图，可保存三层地图，每层地图可单独设置清扫模式", "App 远程启动清扫、设置禁区与清扫顺序，清扫记录保存 30 天",
+        f"电池续航 {minutes} 分钟，电量低于 15% 时自动回充，充满后回到断点继续清扫", "边刷与滚刷可拆洗，滚刷采用防缠绕设计，长发不易缠绕",
+        "越障高度 2 厘米，门槛与地毯边缘可直接越过，遇到楼梯自动停下", "支持定时清扫与勿扰时段，勿扰时段内不播放语音",
+        "吸力分四档：静音、标准、强力、最大，地毯上自动升到最大档", "语音提示支持中文与英文，音量可在 App 里调节",
+        "机身高度 9.5 厘米，可以进入大多数床底与沙发底清扫", "建议每天清扫一次，宠物家庭可每天两次"], 1))
+    care = "\n".join(f"- {line}。" for line in [
+        "每次清扫后检查边刷是否缠绕头发，必要时用附带的清洁刀割断", "滤网每周用清水冲洗一次，完全晾干后再装回，潮湿的滤网会降低吸力",
+        "传感器窗口与回充电极每月用干布擦拭，不要使用酒精或清洁剂", "滚刷轴承处的头发请用镊子取出，取出后顺时针转动检查是否顺畅",
+        "长期不用时请充满电后关机存放，每三个月充一次电", "机器放在阴凉干燥处，避免阳光直射与高温环境",
+        "边刷变形或磨损后请更换，建议每三到六个月更换一次", "轮子上的毛发与污渍可以用湿布擦掉，擦完后晾干"])
+    return (f"# 一、产品介绍\n\nPelvo {model} 是一款扫地机器人，适合 150 平方米以内的家庭使用。\n\n{features}\n\n"
+            f"# 二、日常保养\n\n{care}\n\n" + last)
+
+
+STATION = "\n".join(f"- {line}。" for line in [
+    "回充时集尘座自动抽空尘盒，约 10 秒完成，期间请勿抬起机器", "集尘袋装满后集尘座指示灯变红，请打开上盖更换新的集尘袋",
+    "集尘袋为一次性耗材，请勿水洗后重复使用，否则会堵塞风道", "一个集尘袋约可使用 60 天，视家庭面积与灰尘多少而定",
+    "更换集尘袋时请捏住把手向上提出，新袋的卡片对准卡槽推到底", "集尘座的风道每月检查一次，如有堵塞请用软毛刷清理",
+    "集尘座需要放在靠墙处，左右各留 0.5 米、前方留 1.5 米空间", "集尘座的电源线请整理到座体背面的卡槽里，以免被机器卷入"])
+DUSTBIN = "\n".join(f"- {line}。" for line in [
+    "每次清扫后取出尘盒倒空，按下尘盒上的按钮即可打开盖子", "尘盒可以用清水冲洗，冲洗后完全晾干再装回机器",
+    "尘盒里的初效滤网每周清理一次，可轻轻拍打去除灰尘", "尘盒装回时请听到咔哒一声，确认装到位后再开始清扫",
+    "尘盒容量 450 毫升，清扫大户型时中途可能需要倒一次", "尘盒与滤网建议每六个月更换一次，可在官方商城购买",
+    "清扫细小粉末后请立即倒空尘盒，以免堵塞滤网", "尘盒的密封条如有破损请及时更换，否则会漏灰"])
+VACUUMS = {  # two robot vacuums whose introductions say the same; only the RV7 has a dust station
+    "Pelvo RV5": vacuum_manual("RV5", 150, f"# 三、尘盒\n\n{DUSTBIN}\n"),
+    "Pelvo RV7": vacuum_manual("RV7", 180, f"# 三、集尘座\n\n{STATION}\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def vacuums(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vacuums")
+    settings = get_settings().replace(data_dir=root / "data")
+    for i, (product, text) in enumerate(VACUUMS.items()):
+        (root / f"vacuum{i}.md").write_text(text, encoding="utf-8")
+        result = run_import(root / f"vacuum{i}.md", product=product, config={"configurable": {"settings": settings}})
+        assert result.status == "completed", result.error
+    return QueryConfiguration(settings)
+
+
+def test_products_tied_on_what_their_introductions_share_are_told_apart_by_what_only_one_holds(vacuums):
+    """A question naming no product: both introductions answer its App words alike and best; only one
+    manual holds its other word (集尘), so it is that product. Where both hold every word, they stay tied."""
+    pick = lambda q: decide(vacuums, q, list(VACUUMS), [], "", ProductAliases())  # noqa: E731
+    station = pick("扫地机器人用 App 远程启动清扫和设置禁区时，集尘袋满了会怎样？")
+    top = station.evidence[:2]  # the introductions tie at the top
+    assert {e["product"] for e in top} == set(VACUUMS) and top[0]["score"] == top[1]["score"], station
+    assert (station.branch, station.products, station.method) == ("confirmed", ["Pelvo RV7"], "evidence"), station
+    both = pick("扫地机器人能用 App 设置禁区吗？")
+    assert both.branch == "ask" and sorted(both.candidates) == ["Pelvo RV5", "Pelvo RV7"], both
+
+
+def test_tied_products_stay_tied_unless_one_holds_every_word_the_others_do_and_more():
+    def entry(product, score, *words):
+        return {"product": product, "score": score, "words": list(words)}
+    more = [entry("A", 0.6, "主板", "散热"), entry("B", 0.58, "主板", "散热"), entry("A", 0.4, "整机")]
+    assert evidence_products(more, 0.5, 0.08) == ["A"]
+    different = [entry("A", 0.6, "主板", "散热"), entry("B", 0.58, "主板", "风扇")]
+    assert evidence_products(different, 0.5, 0.08) == ["A", "B"]
+    apart = [entry("A", 0.6, "主板"), entry("B", 0.4, "主板", "散热")]  # not tied: the score decides
+    assert evidence_products(apart, 0.5, 0.08) == ["A"]

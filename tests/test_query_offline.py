@@ -25,7 +25,6 @@ RECALL_KEYS = {
 # A clarification or a refusal: the question is recorded, answered directly and saved.
 DIRECT_REPLY = ["node_load_history", "node_product_confirm", "node_answer_output", "node_save_history"]
 KNOWN_MISSES = {
-    "q47": "两版 SKR 手册开头的整页切片都与“主板散热风扇”同样相关，证据分不出 V3.0",
     "q54": "只点了品牌：在该品牌的全部 3 款里反问，评测集只要支持切换的 2 款",
 }
 

@@ -29,6 +29,7 @@ class ProductScore(TypedDict):
     """A chunk match's product and its score (a question naming no product)."""
     product: str
     score: float
+    words: NotRequired[list[str]]  # the question's words the passage holds: what tells tied products apart
 
 
 class Decision(TypedDict):

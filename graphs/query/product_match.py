@@ -357,8 +357,21 @@ def resolve(question: str, names: list[str], aliases: ProductAliases | None = No
 def evidence_products(ranking: list[ProductScore], threshold: float, margin: float) -> list[str]:
     """A question naming no product: the products of its strong chunk matches (`ranking`, best
     first). None when the best is under `threshold`; else each product whose best chunk is within
-    `margin` of the top one (one: that product; several: ask between them)."""
+    `margin` of the top one (one: that product; several: ask between them, unless their passages
+    tell them apart)."""
     if not ranking or ranking[0]["score"] < threshold:
         return []
     top = ranking[0]["score"]
-    return list(dict.fromkeys(e["product"] for e in ranking if e["score"] >= top - margin))
+    tied = list(dict.fromkeys(e["product"] for e in ranking if e["score"] >= top - margin))
+    return told_apart(ranking, tied)
+
+
+def told_apart(ranking: list[ProductScore], tied: list[str]) -> list[str]:
+    """Tied products by the question's words their passages hold: the words every one of them holds
+    ("3D 打印机主板" in every board's introduction) tell nothing; one whose passages hold all the words
+    the others' do and more ("整机散热") is the one the question is about. Otherwise all stay tied."""
+    if len(tied) < 2:
+        return tied
+    held = {p: set().union(*[set(e.get("words") or ()) for e in ranking if e["product"] == p]) for p in tied}
+    ahead = [p for p in tied if all(held[o] < held[p] for o in tied if o != p)]
+    return ahead or tied

@@ -24,6 +24,7 @@ from graphs.query.retrieval import search_chunks
 from graphs.query.state import QueryGraphState, QueryUpdate
 from services.chat_model import invoke_text, parse_json_reply
 from services.prompts import load_prompt
+from services.reranker import words_held
 
 log = logging.getLogger("query.node_product_confirm")
 DOCUMENTING_HITS = 10  # passages read for a longer model the question writes (it is rare, and exact)
@@ -86,7 +87,7 @@ def evidence_ranking(cfg: QueryConfiguration, query: str) -> tuple[list[ProductS
         log.warning("reranker failed, judging evidence offline: %s", exc)
         scorer = cfg.offline_reranker
         scores, cal = scorer.score(query, hits), cfg.calibration(scorer.name)
-    ranking: list[ProductScore] = [{"product": h["product"], "score": s}
+    ranking: list[ProductScore] = [{"product": h["product"], "score": s, "words": words_held(query, h["content"])}
                                    for s, h in sorted(zip(scores, hits), key=lambda p: -p[0])]
     return ranking, evidence_products(ranking, cal.evidence_threshold, cal.evidence_margin)
 
