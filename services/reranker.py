@@ -153,10 +153,10 @@ def coverage(terms: list[str], passage: str) -> float:
     return found / total
 
 
-def words_held(query: str, passage: str) -> list[str]:
-    """The question's distinct words (see `word_groups`) the passage holds, itself or a synonym."""
-    text, lowered = squashed(passage), passage.lower()
-    return [w for w, _ in word_groups(query_terms(query)) if present(w, text, lowered)]
+def words_held(query: str, passages: list[str]) -> list[list[str]]:
+    """For each passage, the question's distinct words (see `word_groups`) it holds, itself or a synonym."""
+    words = [w for w, _ in word_groups(query_terms(query))]
+    return [[w for w in words if present(w, squashed(p), p.lower())] for p in passages]
 
 
 def sentences(text: str) -> list[str]:

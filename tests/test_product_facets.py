@@ -236,15 +236,19 @@ def test_a_manual_that_calls_itself_the_old_edition_says_so_and_one_that_mention
     assert not document_aliases("Corvi HX3 控制器", late)  # said only at the top
 
 
-@pytest.fixture(scope="module")
-def hx3_line(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hx3")
+def knowledge_base(root, manuals: dict[str, str]) -> QueryConfiguration:
+    """Each product's Markdown manual imported into a knowledge base of its own under `root`."""
     settings = get_settings().replace(data_dir=root / "data")
-    for i, (product, text) in enumerate(HX3_LINE.items()):
-        (root / f"guide{i}.md").write_text(text, encoding="utf-8")
-        result = run_import(root / f"guide{i}.md", product=product, config={"configurable": {"settings": settings}})
+    for i, (product, text) in enumerate(manuals.items()):
+        (root / f"manual{i}.md").write_text(text, encoding="utf-8")
+        result = run_import(root / f"manual{i}.md", product=product, config={"configurable": {"settings": settings}})
         assert result.status == "completed", result.error
     return QueryConfiguration(settings)
+
+
+@pytest.fixture(scope="module")
+def hx3_line(tmp_path_factory):
+    return knowledge_base(tmp_path_factory.mktemp("hx3"), HX3_LINE)
 
 
 def test_the_line_named_without_a_version_asks_and_the_old_manual_asked_for_confirms(hx3_line):
@@ -301,13 +305,7 @@ VACUUMS = {  # two robot vacuums whose introductions say the same; only the RV7 
 
 @pytest.fixture(scope="module")
 def vacuums(tmp_path_factory):
-    root = tmp_path_factory.mktemp("vacuums")
-    settings = get_settings().replace(data_dir=root / "data")
-    for i, (product, text) in enumerate(VACUUMS.items()):
-        (root / f"vacuum{i}.md").write_text(text, encoding="utf-8")
-        result = run_import(root / f"vacuum{i}.md", product=product, config={"configurable": {"settings": settings}})
-        assert result.status == "completed", result.error
-    return QueryConfiguration(settings)
+    return knowledge_base(tmp_path_factory.mktemp("vacuums"), VACUUMS)
 
 
 def test_products_tied_on_what_their_introductions_share_are_told_apart_by_what_only_one_holds(vacuums):

@@ -19,7 +19,7 @@ from graphs.importing.chunking import embed_text
 from graphs.importing.configuration import ImportConfiguration
 from graphs.importing.naming import MAX_NAME_CHARS, one_line
 from graphs.importing.runner import ImportResult, run_import
-from graphs.products import MAX_ALIAS_CHARS, MAX_ALIASES, FacetFields, clean_alias, parse_facets
+from graphs.products import BRAND, EDITION_OF, MAX_ALIAS_CHARS, MAX_ALIASES, FacetFields, clean_alias, parse_facets
 from services.documents import DAMAGED, IMPORTING, READY, AliasEntry, DocumentRecord, ProductSummary
 from services.errors import ConfigurationError, ValidationError
 from services.vector_store import eq_filter
@@ -132,7 +132,7 @@ def set_aliases(product: str, aliases: list[str], *, updated_by: str = "",
     # one alias names one product: the question it is written in must not find two
     taken = {p["product"].lower(): p["product"] for p in registry.products() if p["product"] != product}
     taken |= {a["alias"].lower(): other for other, entries in registry.aliases().items() if other != product
-              for a in entries if a.get("of") not in ("brand", "edition")}
+              for a in entries if a.get("of") not in (BRAND, EDITION_OF)}
     clash = next((a for a in wanted if a.lower() in taken), None)
     if clash:
         raise ValidationError(f"别名“{clash}”已经用于产品“{taken[clash.lower()]}”，一个别名只能指向一个产品。")

@@ -319,7 +319,8 @@ def resolve(question: str, names: list[str], aliases: ProductAliases | None = No
     # a question asking for the old edition's manual ("按旧版手册") means the product whose own
     # documents call themselves that edition
     if EDITION.search(q):
-        old = [m for m in selected if m.name in aliases.editions()]
+        editions = aliases.editions()
+        old = [m for m in selected if m.name in editions]
         selected = old or selected
     scores = {m.name: m.score for m in matches}
     if selected:

@@ -87,8 +87,9 @@ def evidence_ranking(cfg: QueryConfiguration, query: str) -> tuple[list[ProductS
         log.warning("reranker failed, judging evidence offline: %s", exc)
         scorer = cfg.offline_reranker
         scores, cal = scorer.score(query, hits), cfg.calibration(scorer.name)
-    ranking: list[ProductScore] = [{"product": h["product"], "score": s, "words": words_held(query, h["content"])}
-                                   for s, h in sorted(zip(scores, hits), key=lambda p: -p[0])]
+    held = words_held(query, [h["content"] for h in hits])
+    ranking: list[ProductScore] = [{"product": h["product"], "score": s, "words": w}
+                                   for s, h, w in sorted(zip(scores, hits, held), key=lambda p: -p[0])]
     return ranking, evidence_products(ranking, cal.evidence_threshold, cal.evidence_margin)
 
 
